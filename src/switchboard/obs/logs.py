@@ -1,0 +1,105 @@
+"""Structured JSON logs on stdlib logging.
+
+Call sites pass facts as ``extra={"fields": {...}}`` (or through :class:`BoundLogger`). The formatter
+drops any field whose name says it is secret and strips URL query strings from values, as a second line
+of defence: the first is never handing a secret to a logger at all.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+_SECRET_NAMES = re.compile(r"secret|token|password|signature|authorization|cookie|credential", re.I)
+_URL_QUERY = re.compile(r"(https?://[^\s?#\"']*)\?[^\s#\"']*", re.I)
+_SIGNATURE_VALUE = re.compile(r"v1,[A-Za-z0-9+/=]{20,}")
+_WHSEC = re.compile(r"whsec_[A-Za-z0-9+/=]+")
+_BEARER = re.compile(r"(?i)bearer\s+[A-Za-z0-9._~+/=-]+")
+
+
+def scrub(value: str) -> str:
+    """Remove what must never be logged from free text."""
+    value = _URL_QUERY.sub(r"\1?[redacted]", value)
+    value = _SIGNATURE_VALUE.sub("v1,[redacted]", value)
+    value = _WHSEC.sub("whsec_[redacted]", value)
+    return _BEARER.sub("Bearer [redacted]", value)
+
+
+def _clean(fields: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in fields.items():
+        if _SECRET_NAMES.search(key):
+            out[key] = "[redacted]"
+        elif isinstance(value, str):
+            out[key] = scrub(value)
+        elif isinstance(value, int | float | bool) or value is None:
+            out[key] = value
+        else:
+            out[key] = scrub(str(value))
+    return out
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "event": scrub(record.getMessage()),
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, Mapping):
+            entry.update(_clean(fields))
+        if record.exc_info and record.exc_info[0] is not None:
+            # The exception type and a scrubbed message; tracebacks can carry locals' reprs.
+            exc = record.exc_info[1]
+            entry["error_type"] = type(exc).__name__
+            entry["error"] = scrub(str(exc))[:500]
+        return json.dumps(entry, default=str)
+
+
+class BoundLogger:
+    """A thin wrapper that passes keyword facts as structured fields."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self._logger = logger
+
+    def _log(self, level: int, event: str, exc_info: bool, fields: dict[str, Any]) -> None:
+        if self._logger.isEnabledFor(level):
+            self._logger.log(level, event, extra={"fields": fields}, exc_info=exc_info, stacklevel=3)
+
+    def debug(self, event: str, **fields: Any) -> None:
+        self._log(logging.DEBUG, event, False, fields)
+
+    def info(self, event: str, **fields: Any) -> None:
+        self._log(logging.INFO, event, False, fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self._log(logging.WARNING, event, False, fields)
+
+    def error(self, event: str, *, exc_info: bool = False, **fields: Any) -> None:
+        self._log(logging.ERROR, event, exc_info, fields)
+
+
+def get_logger(name: str) -> BoundLogger:
+    return BoundLogger(logging.getLogger(name))
+
+
+def configure_logging(level: str = "INFO") -> None:
+    """JSON lines on stderr for the switchboard loggers and the servers we embed."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    # uvicorn's access log prints full request lines, query strings included: keep it off.
+    logging.getLogger("uvicorn.access").disabled = True
+    for name in ("uvicorn", "uvicorn.error"):
+        logging.getLogger(name).handlers[:] = []
+        logging.getLogger(name).propagate = True

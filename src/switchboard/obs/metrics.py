@@ -1,0 +1,78 @@
+"""The SPEC-0023 registry: ``switchboard_*`` series with bounded labels only.
+
+One :class:`Metrics` per server instance (its own ``CollectorRegistry``), so several instances in one
+test process do not share counters.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.ingest = Counter(
+            "switchboard_ingest_total",
+            "Inbound webhook deliveries by outcome.",
+            ["outcome"],
+            registry=r,
+        )
+        self.transitions = Counter(
+            "switchboard_todo_transitions_total",
+            "Todo transitions by kind (created, requeued, claimed, done, failed, dead, canceled).",
+            ["transition"],
+            registry=r,
+        )
+        self.claims = Counter(
+            "switchboard_claims_total", "claim_next and claim calls by result.", ["result"], registry=r
+        )
+        self.mcp_calls = Counter(
+            "switchboard_mcp_calls_total",
+            "MCP tool calls by verb and result code.",
+            ["verb", "code"],
+            registry=r,
+        )
+        self.doorbells = Counter(
+            "switchboard_doorbell_rings_total", "Channel doorbell rings by kind.", ["kind"], registry=r
+        )
+        self.hook_subscriber_errors = Counter(
+            "switchboard_transition_subscriber_errors_total",
+            "Transition subscribers that raised or overflowed.",
+            ["subscriber", "error"],
+            registry=r,
+        )
+        self.ingest_seconds = Histogram(
+            "switchboard_ingest_seconds",
+            "Inbound webhook handling time.",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=r,
+        )
+        # SPEC-0024 REQ-11.
+        self.notify_notifications = Counter(
+            "switchboard_notify_hook_notifications_total",
+            "Notify hook notifications by type and outcome.",
+            ["type", "outcome"],
+            registry=r,
+        )
+        self.notify_attempts = Counter(
+            "switchboard_notify_hook_attempts_total",
+            "Notify hook attempts by result.",
+            ["result"],
+            registry=r,
+        )
+        self.notify_disabled = Counter(
+            "switchboard_notify_hooks_disabled_total",
+            "Notify hooks disabled by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.notify_queue_depth = Gauge(
+            "switchboard_notify_hook_queue_depth",
+            "Notifications waiting in this instance's queue.",
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,78 @@
+"""One settings object, read from ``SWITCHBOARD_*`` variables (documented in docs/configuration.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Operator settings. Every field maps to ``SWITCHBOARD_<NAME>``."""
+
+    model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_", extra="ignore", populate_by_name=True)
+
+    data_dir: Path = Field(default=Path("./data"), alias="SWITCHBOARD_DATA")
+    database_url: str | None = None
+    listen: str = "127.0.0.1:8080"
+    public_url: str | None = None
+    cred_key: str | None = None
+    instance_id: str | None = None
+
+    lease_seconds: int = 300
+    max_lease_seconds: int = 3600
+    reaper_interval: float = 5.0
+    retry_base_seconds: float = 30.0
+    retry_cap_seconds: float = 3600.0
+    max_attempts: int = 5
+    doorbell_heartbeat_seconds: float = 60.0
+
+    mcp_rate_per_minute: int = 600
+    max_body_bytes: int = 1024 * 1024
+
+    push_allow_http: bool = False
+    notify_hook_allow_cidrs: str = ""
+    notify_hook_ceiling: int = 5
+    notify_queue_size: int = 10_000
+    notify_workers: int = 16
+    notify_rate_per_minute: int = 120
+    notify_grace_hours: float = 24.0
+
+
+    @field_validator("listen")
+    @classmethod
+    def _listen_has_port(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError("listen must be HOST:PORT")
+        return value
+
+    @property
+    def listen_host(self) -> str:
+        return self.listen.rpartition(":")[0].strip("[]")
+
+    @property
+    def listen_port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+    def resolved_database_url(self) -> str:
+        """The configured database, else SQLite in the data folder."""
+        if self.database_url:
+            return normalize_database_url(self.database_url)
+        return f"sqlite+aiosqlite:///{(self.data_dir / 'switchboard.db').resolve()}"
+
+    def allow_cidrs(self) -> tuple[str, ...]:
+        return tuple(part.strip() for part in self.notify_hook_allow_cidrs.split(",") if part.strip())
+
+
+def normalize_database_url(url: str) -> str:
+    """Accept the plain ``postgresql://`` and ``sqlite://`` forms operators paste, and pick async drivers."""
+    for plain, driver in (
+        ("postgresql://", "postgresql+asyncpg://"),
+        ("postgres://", "postgresql+asyncpg://"),
+        ("sqlite://", "sqlite+aiosqlite://"),
+    ):
+        if url.startswith(plain):
+            return driver + url[len(plain) :]
+    return url

@@ -1,0 +1,216 @@
+"""Humans and endpoints: passwords (argon2), bearer credentials (shown once, stored as sha256), scopes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+from sqlalchemy import Row, insert, select, update
+
+from switchboard.clock import Clock, ms
+from switchboard.ids import new_id
+from switchboard.store.db import Database
+from switchboard.store.errors import Conflict
+from switchboard.store.schema import endpoints, humans
+
+SLUG = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
+QUEUE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+EMAIL = re.compile(r"^[^@\s]{1,64}@[^@\s]{1,255}$")
+TOKEN_PREFIX = "sbt_"
+
+_hasher = PasswordHasher()
+# A valid hash to verify against when the email is unknown, so timing does not reveal which part was wrong.
+_DUMMY_HASH = _hasher.hash("switchboard-dummy-password")
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def mint_token() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    id: str
+    slug: str
+    human_id: str
+    verbs: tuple[str, ...]
+    queues: tuple[str, ...]
+    presence: str
+    presence_override: str | None
+    presence_seen: str
+    token_hint: str | None
+    created_at: int
+
+    @property
+    def effective_presence(self) -> str:
+        """SPEC-0022: the operator override when set, else the clocked state."""
+        return self.presence_override or self.presence
+
+    @classmethod
+    def from_row(cls, row: Row[Any]) -> Endpoint:
+        return cls(
+            id=row.id,
+            slug=row.slug,
+            human_id=row.human_id,
+            verbs=tuple(json.loads(row.verbs)),
+            queues=tuple(json.loads(row.queues)),
+            presence=row.presence,
+            presence_override=row.presence_override,
+            presence_seen=row.presence_seen,
+            token_hint=row.token_hint,
+            created_at=row.created_at,
+        )
+
+
+class AccountStore:
+    def __init__(self, db: Database, clock: Clock) -> None:
+        self.db, self.clock = db, clock
+
+    # -- humans ------------------------------------------------------------------------------------
+
+    async def create_human(self, email: str, password: str, *, operator: bool = False) -> str:
+        email = email.strip().lower()
+        if not EMAIL.match(email):
+            raise ValueError("email is not a valid address")
+        if len(password) < 10:
+            raise ValueError("password must be at least 10 characters")
+        hid = new_id("hu")
+        async with self.db.begin() as conn:
+            await conn.execute(
+                insert(humans).values(
+                    id=hid,
+                    email=email,
+                    password_hash=_hasher.hash(password),
+                    is_operator=operator,
+                    created_at=ms(self.clock.now()),
+                )
+            )
+        return hid
+
+    async def human_by_email(self, email: str) -> Row[Any] | None:
+        async with self.db.read() as conn:
+            stmt = select(humans).where(humans.c.email == email.strip().lower())
+            return (await conn.execute(stmt)).first()
+
+    async def human_by_id(self, human_id: str) -> Row[Any] | None:
+        async with self.db.read() as conn:
+            return (await conn.execute(select(humans).where(humans.c.id == human_id))).first()
+
+    async def list_humans(self) -> list[Row[Any]]:
+        async with self.db.read() as conn:
+            return list((await conn.execute(select(humans).order_by(humans.c.created_at))).all())
+
+    async def check_password(self, email: str, password: str) -> Row[Any] | None:
+        row = await self.human_by_email(email)
+        try:
+            _hasher.verify(row.password_hash if row else _DUMMY_HASH, password)
+        except (VerificationError, InvalidHashError):
+            return None
+        return row
+
+    # -- endpoints ---------------------------------------------------------------------------------
+
+    async def vend_endpoint(
+        self, human_id: str, slug: str, queues: Sequence[str], verbs: Sequence[str]
+    ) -> tuple[Endpoint, str]:
+        """Create an endpoint and return its bearer token. The token is never stored or shown again."""
+        from switchboard.verbs import unknown_verbs
+
+        if not SLUG.match(slug):
+            raise ValueError("slug must be 1-64 lower-case letters, digits or dashes")
+        bad_q = [q for q in queues if not QUEUE.match(q)]
+        if not queues or bad_q:
+            raise ValueError(
+                "queues must be one or more names of lower-case letters, digits, '.', '_' or '-'"
+            )
+        bad_v = unknown_verbs(list(verbs))
+        if bad_v:
+            raise ValueError(f"unknown verbs: {', '.join(sorted(bad_v))}")
+        token = mint_token()
+        now = ms(self.clock.now())
+        eid = new_id("ep")
+        async with self.db.begin() as conn:
+            taken = (await conn.execute(select(endpoints.c.id).where(endpoints.c.slug == slug))).first()
+            if taken:
+                raise Conflict("an endpoint with that slug exists")
+            await conn.execute(
+                insert(endpoints).values(
+                    id=eid,
+                    slug=slug,
+                    human_id=human_id,
+                    token_hash=hash_token(token),
+                    token_hint=token[:8],
+                    verbs=json.dumps(sorted(set(verbs))),
+                    queues=json.dumps(sorted(set(queues))),
+                    presence="in",
+                    presence_seen="in",
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+            row = (await conn.execute(select(endpoints).where(endpoints.c.id == eid))).one()
+        return Endpoint.from_row(row), token
+
+    async def endpoint_by_token(self, token: str) -> Endpoint | None:
+        if not token.startswith(TOKEN_PREFIX) or len(token) > 100:
+            return None
+        async with self.db.read() as conn:
+            stmt = select(endpoints).where(endpoints.c.token_hash == hash_token(token))
+            row = (await conn.execute(stmt)).first()
+        return Endpoint.from_row(row) if row else None
+
+    async def endpoint(self, endpoint_id: str) -> Endpoint | None:
+        async with self.db.read() as conn:
+            row = (await conn.execute(select(endpoints).where(endpoints.c.id == endpoint_id))).first()
+        return Endpoint.from_row(row) if row else None
+
+    async def endpoint_by_slug(self, slug: str) -> Endpoint | None:
+        async with self.db.read() as conn:
+            row = (await conn.execute(select(endpoints).where(endpoints.c.slug == slug))).first()
+        return Endpoint.from_row(row) if row else None
+
+    async def list_endpoints(self, human_id: str | None = None) -> list[Endpoint]:
+        stmt = select(endpoints).order_by(endpoints.c.created_at)
+        if human_id is not None:
+            stmt = stmt.where(endpoints.c.human_id == human_id)
+        async with self.db.read() as conn:
+            return [Endpoint.from_row(r) for r in (await conn.execute(stmt)).all()]
+
+    async def set_scope(
+        self, endpoint_id: str, *, verbs: Sequence[str] | None = None, queues: Sequence[str] | None = None
+    ) -> None:
+        values: dict[str, Any] = {"updated_at": ms(self.clock.now())}
+        if verbs is not None:
+            values["verbs"] = json.dumps(sorted(set(verbs)))
+        if queues is not None:
+            values["queues"] = json.dumps(sorted(set(queues)))
+        async with self.db.begin() as conn:
+            await conn.execute(update(endpoints).where(endpoints.c.id == endpoint_id).values(**values))
+
+    async def revend_token(self, endpoint_id: str) -> str:
+        token = mint_token()
+        async with self.db.begin() as conn:
+            await conn.execute(
+                update(endpoints)
+                .where(endpoints.c.id == endpoint_id)
+                .values(token_hash=hash_token(token), token_hint=token[:8], updated_at=ms(self.clock.now()))
+            )
+        return token
+
+    async def revoke_token(self, endpoint_id: str) -> None:
+        async with self.db.begin() as conn:
+            await conn.execute(
+                update(endpoints)
+                .where(endpoints.c.id == endpoint_id)
+                .values(token_hash=None, token_hint=None, updated_at=ms(self.clock.now()))
+            )

@@ -1,0 +1,127 @@
+"""The tables, declared once. Alembic migrations must build exactly this (tests/unit/store/test_migrations.py).
+
+Times are integer epoch milliseconds (``*_at`` columns): identical on SQLite and PostgreSQL, and trivial
+to drive from an injected clock.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+LIVE_STATUSES = ("pending", "claimed", "failed")
+
+humans = Table(
+    "humans",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("email", String(320), nullable=False, unique=True),
+    Column("password_hash", String(255), nullable=False),
+    Column("is_operator", Boolean, nullable=False, server_default=text("false")),
+    Column("created_at", BigInteger, nullable=False),
+)
+
+endpoints = Table(
+    "endpoints",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("slug", String(64), nullable=False, unique=True),
+    Column("human_id", String(40), ForeignKey("humans.id", ondelete="CASCADE"), nullable=False, index=True),
+    # sha256 of the bearer token; NULL once revoked. Tokens are 256-bit random, so a fast hash is enough.
+    Column("token_hash", String(64), nullable=True, unique=True),
+    Column("token_hint", String(16), nullable=True),
+    Column("verbs", Text, nullable=False),  # JSON list of granted verbs
+    Column("queues", Text, nullable=False),  # JSON list of drainable queues
+    Column("presence", String(3), nullable=False, server_default="in"),
+    Column("presence_override", String(3), nullable=True),
+    Column("presence_seen", String(3), nullable=False, server_default="in"),
+    Column("created_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+)
+
+sources = Table(
+    "sources",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("slug", String(64), nullable=False, unique=True),
+    Column("human_id", String(40), ForeignKey("humans.id", ondelete="CASCADE"), nullable=False, index=True),
+    Column("kind", String(16), nullable=False),
+    Column("trust", String(16), nullable=False),
+    Column("secret_enc", LargeBinary, nullable=False),  # cred envelope, AAD "sources:<id>:secret"
+    Column("quarantined", Boolean, nullable=False, server_default=text("false")),
+    Column("created_at", BigInteger, nullable=False),
+)
+
+routes = Table(
+    "routes",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("source_id", String(40), ForeignKey("sources.id", ondelete="CASCADE"), nullable=False, index=True),
+    Column("kind", String(100), nullable=True),
+    Column("queue", String(64), nullable=False),
+    Column(
+        "endpoint_id", String(40), ForeignKey("endpoints.id", ondelete="CASCADE"), nullable=False, index=True
+    ),
+    Column("created_at", BigInteger, nullable=False),
+    UniqueConstraint("source_id", "kind", "queue", "endpoint_id"),
+)
+
+todos = Table(
+    "todos",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("endpoint_id", String(40), ForeignKey("endpoints.id", ondelete="CASCADE"), nullable=True),
+    Column("queue", String(64), nullable=False),
+    Column("kind", String(100), nullable=True),
+    Column("source", String(64), nullable=True),  # source slug, for display and notifications
+    Column("source_id", String(40), nullable=True),
+    Column("title", Text, nullable=False),
+    Column("payload", Text, nullable=False),  # JSON
+    Column("status", String(10), nullable=False),
+    Column("attempt", Integer, nullable=False, server_default="0"),
+    Column("lease_expires_at", BigInteger, nullable=True),
+    Column("retry_at", BigInteger, nullable=True),
+    Column("delivery_id", String(200), nullable=True),
+    # (source, delivery, queue, endpoint): redeliveries land on the live todo (unique while live).
+    Column("dedup_key", String(400), nullable=True),
+    Column("verified", Boolean, nullable=False, server_default=text("false")),
+    Column("via_token", Boolean, nullable=False, server_default=text("false")),
+    Column("self_test", Boolean, nullable=False, server_default=text("false")),
+    Column("quarantined", Boolean, nullable=False, server_default=text("false")),
+    Column("result", Text, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("created_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    Index("ix_todos_claim", "endpoint_id", "status", "queue", "created_at"),
+    Index("ix_todos_lease", "status", "lease_expires_at"),
+    Index("ix_todos_retry", "status", "retry_at"),
+    Index(
+        "uq_todos_live_dedup",
+        "dedup_key",
+        unique=True,
+        sqlite_where=text("status IN ('pending', 'claimed', 'failed') AND dedup_key IS NOT NULL"),
+        postgresql_where=text("status IN ('pending', 'claimed', 'failed') AND dedup_key IS NOT NULL"),
+    ),
+)

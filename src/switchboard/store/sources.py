@@ -1,0 +1,182 @@
+"""Inbound sources (SPEC-0003) and routes (SPEC-0006). Source secrets live only in the cred envelope."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Row, delete, insert, or_, select, update
+
+from switchboard.clock import Clock, ms
+from switchboard.cred import Envelope
+from switchboard.ids import new_id
+from switchboard.store.accounts import QUEUE, SLUG
+from switchboard.store.db import Database
+from switchboard.store.errors import Conflict, NotFound
+from switchboard.store.schema import endpoints, routes, sources
+
+KINDS = ("gitea", "github", "standard", "generic")
+TRUSTS = ("signature", "token", "none")
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    id: str
+    slug: str
+    human_id: str
+    kind: str
+    trust: str
+    quarantined: bool
+    created_at: int
+
+    @classmethod
+    def from_row(cls, row: Row[Any]) -> Source:
+        return cls(row.id, row.slug, row.human_id, row.kind, row.trust, bool(row.quarantined), row.created_at)
+
+    @property
+    def aad(self) -> str:
+        return f"sources:{self.id}:secret"
+
+
+@dataclass(frozen=True, slots=True)
+class RouteTarget:
+    route_id: str
+    queue: str
+    endpoint_id: str
+    kind: str | None
+
+
+class SourceStore:
+    def __init__(self, db: Database, envelope: Envelope, clock: Clock) -> None:
+        self.db, self.envelope, self.clock = db, envelope, clock
+
+    async def create(self, human_id: str, slug: str, kind: str, trust: str, secret: str) -> Source:
+        if not SLUG.match(slug):
+            raise ValueError("slug must be 1-64 lower-case letters, digits or dashes")
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}")
+        if trust not in TRUSTS:
+            raise ValueError(f"trust must be one of {', '.join(TRUSTS)}")
+        if kind == "generic" and trust == "signature":
+            raise ValueError("generic sources have no signature scheme: use trust token or none")
+        sid = new_id("src")
+        async with self.db.begin() as conn:
+            if (await conn.execute(select(sources.c.id).where(sources.c.slug == slug))).first():
+                raise Conflict("a source with that slug exists")
+            await conn.execute(
+                insert(sources).values(
+                    id=sid,
+                    slug=slug,
+                    human_id=human_id,
+                    kind=kind,
+                    trust=trust,
+                    secret_enc=self.envelope.seal(secret, f"sources:{sid}:secret"),
+                    quarantined=False,
+                    created_at=ms(self.clock.now()),
+                )
+            )
+            row = (await conn.execute(select(sources).where(sources.c.id == sid))).one()
+        return Source.from_row(row)
+
+    async def by_slug(self, slug: str) -> tuple[Source, str] | None:
+        """The source and its opened secret, for verifying one delivery."""
+        async with self.db.read() as conn:
+            row = (await conn.execute(select(sources).where(sources.c.slug == slug))).first()
+        if row is None:
+            return None
+        source = Source.from_row(row)
+        return source, self.envelope.open(row.secret_enc, source.aad)
+
+    async def list_sources(self, human_id: str | None = None) -> list[Source]:
+        stmt = select(sources).order_by(sources.c.created_at)
+        if human_id is not None:
+            stmt = stmt.where(sources.c.human_id == human_id)
+        async with self.db.read() as conn:
+            return [Source.from_row(r) for r in (await conn.execute(stmt)).all()]
+
+    async def set_quarantine(self, source_id: str, quarantined: bool) -> None:
+        async with self.db.begin() as conn:
+            await conn.execute(
+                update(sources).where(sources.c.id == source_id).values(quarantined=quarantined)
+            )
+
+    # -- routes ------------------------------------------------------------------------------------
+
+    async def add_route(self, source_slug: str, queue: str, endpoint_slug: str, kind: str | None) -> str:
+        if not QUEUE.match(queue):
+            raise ValueError("queue must be lower-case letters, digits, '.', '_' or '-'")
+        if kind is not None and not (0 < len(kind) <= 100):
+            raise ValueError("kind must be 1-100 characters")
+        rid = new_id("rt")
+        async with self.db.begin() as conn:
+            src = (await conn.execute(select(sources.c.id).where(sources.c.slug == source_slug))).first()
+            if src is None:
+                raise NotFound(f"no source {source_slug!r}")
+            ep = (await conn.execute(select(endpoints.c.id).where(endpoints.c.slug == endpoint_slug))).first()
+            if ep is None:
+                raise NotFound(f"no endpoint {endpoint_slug!r}")
+            dup = await conn.execute(
+                select(routes.c.id).where(
+                    routes.c.source_id == src.id,
+                    routes.c.queue == queue,
+                    routes.c.endpoint_id == ep.id,
+                    routes.c.kind.is_(None) if kind is None else routes.c.kind == kind,
+                )
+            )
+            if dup.first():
+                raise Conflict("that route exists")
+            await conn.execute(
+                insert(routes).values(
+                    id=rid,
+                    source_id=src.id,
+                    kind=kind,
+                    queue=queue,
+                    endpoint_id=ep.id,
+                    created_at=ms(self.clock.now()),
+                )
+            )
+        return rid
+
+    async def delete_route(self, route_id: str) -> bool:
+        async with self.db.begin() as conn:
+            return (await conn.execute(delete(routes).where(routes.c.id == route_id))).rowcount == 1
+
+    async def targets(self, source_id: str, kind: str | None) -> list[RouteTarget]:
+        """Routes matching a delivery: those for its kind, and those with no kind filter."""
+        cond = (
+            routes.c.kind.is_(None) if kind is None else or_(routes.c.kind.is_(None), routes.c.kind == kind)
+        )
+        stmt = (
+            select(routes.c.id, routes.c.queue, routes.c.endpoint_id, routes.c.kind)
+            .where(routes.c.source_id == source_id, cond)
+            .order_by(routes.c.created_at)
+        )
+        async with self.db.read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        seen: set[tuple[str, str]] = set()
+        out: list[RouteTarget] = []
+        for r in rows:
+            key = (r.queue, r.endpoint_id)
+            if key not in seen:  # a kind route and a catch-all to the same place make one todo
+                seen.add(key)
+                out.append(RouteTarget(r.id, r.queue, r.endpoint_id, r.kind))
+        return out
+
+    async def list_routes(self, human_id: str | None = None) -> list[Any]:
+        stmt = (
+            select(
+                routes.c.id,
+                routes.c.kind,
+                routes.c.queue,
+                routes.c.created_at,
+                sources.c.slug.label("source"),
+                endpoints.c.slug.label("endpoint"),
+            )
+            .join(sources, sources.c.id == routes.c.source_id)
+            .join(endpoints, endpoints.c.id == routes.c.endpoint_id)
+            .order_by(routes.c.created_at)
+        )
+        if human_id is not None:
+            stmt = stmt.where(sources.c.human_id == human_id)
+        async with self.db.read() as conn:
+            return list((await conn.execute(stmt)).all())

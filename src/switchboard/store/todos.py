@@ -1,0 +1,427 @@
+"""Todo lifecycle SQL: create (with dedup), claim, heartbeat, ack, fail, cancel, and the requeue sweeps.
+
+Every statement that moves a todo is a single conditional UPDATE (``... WHERE status = <expected>``),
+so across instances each row moves exactly once: on PostgreSQL the claim and sweep sub-selects use
+``FOR UPDATE SKIP LOCKED``; on SQLite writers are serialised by ``BEGIN IMMEDIATE``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Row, and_, case, func, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from switchboard.clock import Clock, ms
+from switchboard.ids import todo_id
+from switchboard.store.db import Database
+from switchboard.store.schema import LIVE_STATUSES, todos
+from switchboard.store.transitions import Transition, TransitionHub
+
+_MOVED = (
+    todos.c.id,
+    todos.c.endpoint_id,
+    todos.c.queue,
+    todos.c.kind,
+    todos.c.source,
+    todos.c.title,
+    todos.c.attempt,
+    todos.c.status,
+    todos.c.verified,
+    todos.c.via_token,
+    todos.c.self_test,
+    todos.c.quarantined,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class NewTodo:
+    endpoint_id: str | None
+    queue: str
+    title: str
+    payload: Any
+    kind: str | None = None
+    source: str | None = None
+    source_id: str | None = None
+    delivery_id: str | None = None
+    verified: bool = False
+    via_token: bool = False
+    self_test: bool = False
+    quarantined: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CreateResult:
+    created: list[str]
+    deduplicated: int
+
+
+class RetryPolicy:
+    """ADR-0007: retry_at = now + base x 2^(attempt-1), capped; dead after ``max_attempts`` claims."""
+
+    def __init__(self, base: float = 30.0, cap: float = 3600.0, max_attempts: int = 5) -> None:
+        self.base, self.cap, self.max_attempts = base, cap, max_attempts
+
+    def delay(self, attempt: int) -> float:
+        return float(min(self.cap, self.base * 2 ** max(0, attempt - 1)))
+
+
+def sender_gate(verified: bool, via_token: bool) -> bool:
+    """SPEC-0011: verified under the source's trust mode, or arrived on a token-trust webhook."""
+    return bool(verified or via_token)
+
+
+class TodoStore:
+    def __init__(
+        self, db: Database, hub: TransitionHub, clock: Clock, retry: RetryPolicy | None = None
+    ) -> None:
+        self.db, self.hub, self.clock = db, hub, clock
+        self.retry = retry or RetryPolicy()
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def _transition(self, row: Row[Any], transition: str, reason: str | None, now: float) -> Transition:
+        return Transition(
+            todo_id=row.id,
+            endpoint_id=row.endpoint_id,
+            queue=row.queue,
+            kind=row.kind,
+            source=row.source,
+            title=row.title,
+            attempt=row.attempt,
+            transition=transition,
+            reason=reason,
+            push_eligible=sender_gate(row.verified, row.via_token),
+            push_excluded=bool(row.self_test or row.quarantined),
+            at=now,
+            instance_id=self.hub.instance_id,
+        )
+
+    async def _commit(self, conn: AsyncConnection, transitions: list[Transition]) -> None:
+        if transitions:
+            await self.hub.run_in_transaction(conn, transitions)
+
+    # -- create ------------------------------------------------------------------------------------
+
+    async def create(self, items: Sequence[NewTodo]) -> CreateResult:
+        """Insert todos in one transaction. A live todo with the same dedup key absorbs a redelivery
+        silently: nothing is inserted and nothing is published for it."""
+        now = self.clock.now()
+        created: list[Transition] = []
+        dedup = 0
+        async with self.db.begin() as conn:
+            for item in items:
+                values = _insert_values(item, ms(now))
+                if values["dedup_key"] is None:
+                    await conn.execute(insert(todos).values(**values))
+                    inserted = True
+                else:
+                    stmt = self._insert_ignore(values)
+                    result = await conn.execute(stmt)
+                    inserted = result.rowcount == 1
+                if not inserted:
+                    dedup += 1
+                    continue
+                created.append(
+                    Transition(
+                        todo_id=values["id"],
+                        endpoint_id=item.endpoint_id,
+                        queue=item.queue,
+                        kind=item.kind,
+                        source=item.source,
+                        title=item.title,
+                        attempt=0,
+                        transition="created",
+                        reason=None,
+                        push_eligible=sender_gate(item.verified, item.via_token),
+                        push_excluded=item.self_test or item.quarantined,
+                        at=now,
+                        instance_id=self.hub.instance_id,
+                    )
+                )
+            await self._commit(conn, created)
+        self.hub.publish(created)
+        return CreateResult([t.todo_id for t in created], dedup)
+
+    def _insert_ignore(self, values: dict[str, Any]) -> Any:
+        where = and_(todos.c.status.in_(LIVE_STATUSES), todos.c.dedup_key.is_not(None))
+        if self.db.is_sqlite:
+            return (
+                sqlite_insert(todos)
+                .values(**values)
+                .on_conflict_do_nothing(index_elements=[todos.c.dedup_key], index_where=where)
+            )
+        return (
+            pg_insert(todos)
+            .values(**values)
+            .on_conflict_do_nothing(index_elements=[todos.c.dedup_key], index_where=where)
+        )
+
+    # -- claim, heartbeat, ack, fail, cancel ---------------------------------------------------------
+
+    async def claim_next(
+        self, endpoint_id: str, queues: Sequence[str], lease_seconds: float
+    ) -> Row[Any] | None:
+        if not queues:
+            return None
+        now = self.clock.now()
+        pick = (
+            select(todos.c.id)
+            .where(todos.c.endpoint_id == endpoint_id, todos.c.status == "pending", todos.c.queue.in_(queues))
+            .order_by(todos.c.created_at, todos.c.id)
+            .limit(1)
+            .with_for_update(skip_locked=True)
+            .scalar_subquery()
+        )
+        stmt = (
+            update(todos)
+            .where(todos.c.id == pick, todos.c.status == "pending")
+            .values(
+                status="claimed",
+                attempt=todos.c.attempt + 1,
+                lease_expires_at=ms(now + lease_seconds),
+                retry_at=None,
+                updated_at=ms(now),
+            )
+            .returning(*todos.c)
+        )
+        return await self._move_one(stmt, "claimed", None, now)
+
+    async def claim(
+        self, endpoint_id: str, todo: str, queues: Sequence[str], lease_seconds: float
+    ) -> Row[Any] | None:
+        now = self.clock.now()
+        stmt = (
+            update(todos)
+            .where(
+                todos.c.id == todo,
+                todos.c.endpoint_id == endpoint_id,
+                todos.c.status == "pending",
+                todos.c.queue.in_(queues),
+            )
+            .values(
+                status="claimed",
+                attempt=todos.c.attempt + 1,
+                lease_expires_at=ms(now + lease_seconds),
+                retry_at=None,
+                updated_at=ms(now),
+            )
+            .returning(*todos.c)
+        )
+        return await self._move_one(stmt, "claimed", None, now)
+
+    async def heartbeat(self, endpoint_id: str, todo: str, lease_seconds: float) -> Row[Any] | None:
+        now = self.clock.now()
+        stmt = (
+            update(todos)
+            .where(todos.c.id == todo, todos.c.endpoint_id == endpoint_id, todos.c.status == "claimed")
+            .values(lease_expires_at=ms(now + lease_seconds), updated_at=ms(now))
+            .returning(*todos.c)
+        )
+        async with self.db.begin() as conn:
+            return (await conn.execute(stmt)).first()
+
+    async def ack(self, endpoint_id: str, todo: str, result: Any) -> Row[Any] | None:
+        now = self.clock.now()
+        stmt = (
+            update(todos)
+            .where(todos.c.id == todo, todos.c.endpoint_id == endpoint_id, todos.c.status == "claimed")
+            .values(
+                status="done",
+                lease_expires_at=None,
+                result=None if result is None else json.dumps(result),
+                updated_at=ms(now),
+            )
+            .returning(*todos.c)
+        )
+        return await self._move_one(stmt, "done", None, now)
+
+    async def fail(self, endpoint_id: str, todo: str, error: str, *, retry: bool) -> Row[Any] | None:
+        """ADR-0007: back to ``failed`` with a due time, or ``dead`` when out of attempts or told not to retry."""
+        now = self.clock.now()
+        owned = and_(todos.c.id == todo, todos.c.endpoint_id == endpoint_id, todos.c.status == "claimed")
+        async with self.db.begin() as conn:
+            current = (await conn.execute(select(todos.c.attempt).where(owned))).first()
+            if current is None:
+                return None
+            attempt = int(current.attempt)
+            give_up = not retry or attempt >= self.retry.max_attempts
+            stmt = (
+                update(todos)
+                # Conditional on the attempt we read: a concurrent reclaim makes this a no-op.
+                .where(owned, todos.c.attempt == attempt)
+                .values(
+                    status="dead" if give_up else "failed",
+                    lease_expires_at=None,
+                    retry_at=None if give_up else ms(now + self.retry.delay(attempt)),
+                    last_error=error[:2000],
+                    updated_at=ms(now),
+                )
+                .returning(*todos.c)
+            )
+            row = (await conn.execute(stmt)).first()
+            transitions = [] if row is None else [self._transition(row, row.status, "worker_failed", now)]
+            await self._commit(conn, transitions)
+        self.hub.publish(transitions)
+        return row
+
+    async def cancel(self, endpoint_id: str, todo: str) -> Row[Any] | None:
+        now = self.clock.now()
+        stmt = (
+            update(todos)
+            .where(
+                todos.c.id == todo,
+                todos.c.endpoint_id == endpoint_id,
+                todos.c.status.in_(LIVE_STATUSES),
+            )
+            .values(status="canceled", lease_expires_at=None, retry_at=None, updated_at=ms(now))
+            .returning(*todos.c)
+        )
+        return await self._move_one(stmt, "canceled", None, now)
+
+    async def _move_one(self, stmt: Any, transition: str, reason: str | None, now: float) -> Row[Any] | None:
+        async with self.db.begin() as conn:
+            row = (await conn.execute(stmt)).first()
+            transitions = [] if row is None else [self._transition(row, transition, reason, now)]
+            await self._commit(conn, transitions)
+        self.hub.publish(transitions)
+        return row
+
+    # -- sweeps ------------------------------------------------------------------------------------
+
+    async def requeue_expired_leases(self, limit: int = 500) -> list[Transition]:
+        """The reaper: expired leases go back to pending (or dead once out of attempts)."""
+        now = self.clock.now()
+        pick = (
+            select(todos.c.id)
+            .where(todos.c.status == "claimed", todos.c.lease_expires_at < ms(now))
+            .order_by(todos.c.lease_expires_at)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        give_up = todos.c.attempt >= self.retry.max_attempts
+        stmt = (
+            update(todos)
+            .where(todos.c.id.in_(pick), todos.c.status == "claimed", todos.c.lease_expires_at < ms(now))
+            .values(
+                status=case((give_up, "dead"), else_="pending"),
+                lease_expires_at=None,
+                last_error=case((give_up, "lease expired on the last attempt"), else_=todos.c.last_error),
+                updated_at=ms(now),
+            )
+            .returning(*_MOVED)
+        )
+        return await self._sweep(stmt, now, "lease_expired")
+
+    async def requeue_due_retries(self, limit: int = 500) -> list[Transition]:
+        """The retry scheduler: failed todos whose retry is due go back to pending."""
+        now = self.clock.now()
+        pick = (
+            select(todos.c.id)
+            .where(todos.c.status == "failed", todos.c.retry_at <= ms(now))
+            .order_by(todos.c.retry_at)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        stmt = (
+            update(todos)
+            .where(todos.c.id.in_(pick), todos.c.status == "failed", todos.c.retry_at <= ms(now))
+            .values(status="pending", retry_at=None, updated_at=ms(now))
+            .returning(*_MOVED)
+        )
+        return await self._sweep(stmt, now, "retry_due")
+
+    async def _sweep(self, stmt: Any, now: float, reason: str) -> list[Transition]:
+        async with self.db.begin() as conn:
+            rows = (await conn.execute(stmt)).all()
+            # The requeue path re-applies the sender gate to exactly the rows it moved (SPEC-0024 REQ-6):
+            # _transition evaluates sender_gate() on each returned row.
+            transitions = [
+                self._transition(row, "requeued" if row.status == "pending" else "dead", reason, now)
+                for row in rows
+            ]
+            await self._commit(conn, transitions)
+        self.hub.publish(transitions)
+        return transitions
+
+    # -- reads -------------------------------------------------------------------------------------
+
+    async def get(self, endpoint_id: str, todo: str) -> Row[Any] | None:
+        async with self.db.read() as conn:
+            stmt = select(todos).where(todos.c.id == todo, todos.c.endpoint_id == endpoint_id)
+            return (await conn.execute(stmt)).first()
+
+    async def list_for_endpoint(
+        self,
+        endpoint_id: str,
+        *,
+        statuses: Sequence[str] | None = None,
+        queues: Sequence[str] | None = None,
+        limit: int = 50,
+        before: str | None = None,
+    ) -> list[Row[Any]]:
+        stmt = select(todos).where(todos.c.endpoint_id == endpoint_id)
+        if statuses:
+            stmt = stmt.where(todos.c.status.in_(statuses))
+        if queues is not None:
+            stmt = stmt.where(todos.c.queue.in_(queues))
+        if before:
+            stmt = stmt.where(todos.c.id < before)
+        stmt = stmt.order_by(todos.c.id.desc()).limit(limit)
+        async with self.db.read() as conn:
+            return list((await conn.execute(stmt)).all())
+
+    async def pending_summary(
+        self, endpoint_id: str, queues: Sequence[str]
+    ) -> tuple[int, list[str], int | None]:
+        """Push-eligible pending todos: (count, queues that have some, oldest created_at ms)."""
+        if not queues:
+            return 0, [], None
+        stmt = (
+            select(todos.c.queue, func.count(), func.min(todos.c.created_at))
+            .where(
+                todos.c.endpoint_id == endpoint_id,
+                todos.c.status == "pending",
+                todos.c.queue.in_(queues),
+                (todos.c.verified | todos.c.via_token),
+                todos.c.self_test.is_(False),
+                todos.c.quarantined.is_(False),
+            )
+            .group_by(todos.c.queue)
+        )
+        async with self.db.read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        total = sum(int(r[1]) for r in rows)
+        oldest = min((int(r[2]) for r in rows), default=None)
+        return total, sorted(str(r[0]) for r in rows), oldest
+
+
+def _insert_values(item: NewTodo, now_ms: int) -> dict[str, Any]:
+    dedup_key = None
+    if item.delivery_id and item.source_id:
+        dedup_key = f"{item.source_id}|{item.delivery_id}|{item.queue}|{item.endpoint_id or ''}"
+    return {
+        "id": todo_id(),
+        "endpoint_id": item.endpoint_id,
+        "queue": item.queue,
+        "kind": item.kind,
+        "source": item.source,
+        "source_id": item.source_id,
+        "title": item.title,
+        "payload": json.dumps(item.payload, separators=(",", ":")),
+        "status": "pending",
+        "attempt": 0,
+        "delivery_id": item.delivery_id,
+        "dedup_key": dedup_key,
+        "verified": item.verified,
+        "via_token": item.via_token,
+        "self_test": item.self_test,
+        "quarantined": item.quarantined,
+        "created_at": now_ms,
+        "updated_at": now_ms,
+    }

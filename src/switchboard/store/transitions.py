@@ -1,0 +1,148 @@
+"""store.SetTodoDoorbellHook: the one fan-out of todo transitions.
+
+Two stages:
+
+* ``in_transaction`` handlers run inside the transition's own transaction, before commit. They exist for
+  work that must commit or roll back with the transition (the A2A push outbox and its sequence numbers).
+* ``subscribe``\\ d handlers see transitions only after the commit. Each subscriber has its own bounded
+  queue and task, so one that raises, blocks or falls behind never touches the transaction or the others.
+  A full queue drops the transition for that subscriber, counts it, and logs the todo and endpoint ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from switchboard.obs.logs import get_logger
+from switchboard.obs.metrics import Metrics
+
+log = get_logger("switchboard.transitions")
+
+READY = frozenset({"created", "requeued"})
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    todo_id: str
+    endpoint_id: str | None
+    queue: str
+    kind: str | None
+    source: str | None
+    title: str
+    attempt: int
+    transition: str  # created | requeued | claimed | done | failed | dead | canceled
+    reason: str | None  # e.g. lease_expired, retry_due, a fail reason class
+    push_eligible: bool  # SPEC-0011 sender gate, evaluated on the row that moved
+    push_excluded: bool  # self-test (SPEC-0025) or quarantined (SPEC-0026)
+    at: float
+    instance_id: str = ""
+
+    @property
+    def ready(self) -> bool:
+        """A transition into pending: what rings doorbells."""
+        return self.transition in READY
+
+    @property
+    def pushable(self) -> bool:
+        return self.ready and self.endpoint_id is not None and self.push_eligible and not self.push_excluded
+
+
+InTxHandler = Callable[[AsyncConnection, Sequence[Transition]], Awaitable[None]]
+Subscriber = Callable[[Transition], Awaitable[None]]
+
+
+@dataclass
+class _Subscription:
+    name: str
+    handler: Subscriber
+    queue: asyncio.Queue[Transition]
+    task: asyncio.Task[None] | None = None
+    dropped: int = field(default=0)
+
+
+class TransitionHub:
+    def __init__(self, metrics: Metrics, *, instance_id: str = "") -> None:
+        self._metrics = metrics
+        self.instance_id = instance_id
+        self._in_tx: list[InTxHandler] = []
+        self._subs: list[_Subscription] = []
+        self._running = False
+
+    def add_in_transaction(self, handler: InTxHandler) -> None:
+        self._in_tx.append(handler)
+
+    def subscribe(self, name: str, handler: Subscriber, *, queue_size: int = 10_000) -> None:
+        sub = _Subscription(name, handler, asyncio.Queue(maxsize=queue_size))
+        self._subs.append(sub)
+        if self._running:
+            sub.task = asyncio.create_task(self._drain(sub), name=f"transitions:{name}")
+
+    async def run_in_transaction(self, conn: AsyncConnection, transitions: Sequence[Transition]) -> None:
+        for handler in self._in_tx:
+            await handler(conn, transitions)
+
+    def publish(self, transitions: Sequence[Transition]) -> None:
+        """Called after commit. Never blocks and never raises."""
+        for t in transitions:
+            self._metrics.transitions.labels(t.transition).inc()
+            for sub in self._subs:
+                try:
+                    sub.queue.put_nowait(t)
+                except asyncio.QueueFull:
+                    sub.dropped += 1
+                    self._metrics.hook_subscriber_errors.labels(sub.name, "overflow").inc()
+                    if sub.dropped == 1 or sub.dropped % 1000 == 0:
+                        log.warning(
+                            "transition dropped: subscriber queue full",
+                            subscriber=sub.name,
+                            todo_id=t.todo_id,
+                            endpoint_id=t.endpoint_id,
+                            dropped_total=sub.dropped,
+                        )
+
+    async def start(self) -> None:
+        self._running = True
+        for sub in self._subs:
+            if sub.task is None:
+                sub.task = asyncio.create_task(self._drain(sub), name=f"transitions:{sub.name}")
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        """Let subscribers finish what is queued, within ``timeout``; then cancel them."""
+        self._running = False
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                for sub in self._subs:
+                    await sub.queue.join()
+        for sub in self._subs:
+            if sub.task is not None:
+                sub.task.cancel()
+        for sub in self._subs:
+            if sub.task is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sub.task
+                sub.task = None
+
+    async def idle(self) -> None:
+        """Wait until every subscriber has handled everything published so far (tests await this)."""
+        for sub in self._subs:
+            await sub.queue.join()
+
+    async def _drain(self, sub: _Subscription) -> None:
+        while True:
+            t = await sub.queue.get()
+            try:
+                await sub.handler(t)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self._metrics.hook_subscriber_errors.labels(sub.name, "raised").inc()
+                log.error(
+                    "transition subscriber raised", subscriber=sub.name, todo_id=t.todo_id, exc_info=True
+                )
+            finally:
+                sub.queue.task_done()

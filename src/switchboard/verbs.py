@@ -1,0 +1,50 @@
+"""The grantable verbs, in the groups the vend wizard, quick-vend and the OAuth consent screen show.
+
+The notify-hook verbs (SPEC-0024 REQ-2) and the A2A verbs make Switchboard send HTTP requests to URLs the
+caller chooses, so they are never in the default grant nor in "all consumer verbs".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class VerbGroup:
+    key: str
+    label: str
+    description: str
+    verbs: tuple[str, ...]
+    outbound_http: bool = False
+
+
+CONSUMER = VerbGroup(
+    "consumer",
+    "Work the queue",
+    "Claim, heartbeat, acknowledge and fail the endpoint's own todos; clock in and out.",
+    ("claim_next", "claim", "heartbeat", "ack", "fail", "list_todos", "self_test", "clock_in", "clock_out"),
+)
+NOTIFY_HOOKS = VerbGroup(
+    "notify_hooks",
+    "Notify hooks: grants outbound HTTP calls",
+    "Register HTTPS URLs that Switchboard will call when work is ready. Switchboard makes outbound "
+    "HTTP requests to the URLs this endpoint registers.",
+    ("create_notify_hook", "list_notify_hooks", "rotate_notify_hook", "delete_notify_hook"),
+    outbound_http=True,
+)
+A2A = VerbGroup(
+    "a2a",
+    "A2A tasks and push notifications: grants outbound HTTP calls",
+    "Send A2A messages that become tasks, read and cancel them, and register push-notification URLs "
+    "that Switchboard will call on every task transition.",
+    ("a2a_send_message", "a2a_get_task", "a2a_list_tasks", "a2a_cancel_task", "a2a_push_config"),
+    outbound_http=True,
+)
+
+GROUPS: tuple[VerbGroup, ...] = (CONSUMER, NOTIFY_HOOKS, A2A)
+ALL_VERBS: frozenset[str] = frozenset(v for g in GROUPS for v in g.verbs)
+DEFAULT_GRANT: tuple[str, ...] = CONSUMER.verbs
+
+
+def unknown_verbs(verbs: list[str] | tuple[str, ...]) -> list[str]:
+    return [v for v in verbs if v not in ALL_VERBS]
