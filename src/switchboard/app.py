@@ -1,0 +1,74 @@
+"""The one ASGI app: inbound webhooks, MCP, metrics, health; and the lifespan that starts and stops
+every background worker with the server."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any, Protocol
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+
+from switchboard import __version__
+from switchboard.ingest.app import Ingest
+from switchboard.obs.logs import get_logger
+from switchboard.queue.sweeper import Sweeper
+from switchboard.services import Services
+
+log = get_logger("switchboard.app")
+
+
+class Component(Protocol):
+    """A feature that owns routes and background work (notify hooks, A2A push, the web UI...)."""
+
+    def routes(self) -> Sequence[BaseRoute]: ...
+
+    def lifespan(self) -> Any:  # an async context manager
+        ...
+
+
+def create_app(services: Services, *, components: Sequence[Component] = ()) -> Starlette:
+    from switchboard.mcp.server import build_mcp
+
+    settings = services.settings
+    ingest = Ingest(services)
+    sweeper = Sweeper(services.todos, settings.reaper_interval)
+    services.extras["sweeper"] = sweeper
+    mcp = build_mcp(services)
+    services.extras["mcp"] = mcp
+
+    async def healthz(_: Request) -> Response:
+        return JSONResponse({"status": "ok", "version": __version__, "instance": services.instance_id})
+
+    async def metrics(_: Request) -> Response:
+        return Response(services.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        await services.db.migrate()
+        async with AsyncExitStack() as stack:
+            await services.hub.start()
+            stack.push_async_callback(services.hub.stop)
+            for component in components:
+                await stack.enter_async_context(component.lifespan())
+            await stack.enter_async_context(mcp.run())
+            sweeper.start()
+            stack.push_async_callback(sweeper.stop)
+            log.info("switchboard started", version=__version__, instance=services.instance_id)
+            yield
+        await services.close()
+
+    routes: list[BaseRoute] = [
+        Route("/healthz", healthz),
+        Route("/metrics", metrics),
+        *ingest.routes(),
+    ]
+    for component in components:
+        routes.extend(component.routes())
+    routes.append(Mount("/", app=mcp.app))
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.services = services
+    return app

@@ -1,0 +1,164 @@
+"""POST /in/<source>[/<token>]: verify by trust mode, derive the event, route it to todos.
+
+Order matters for "bad input stores nothing": size, source, trust, JSON and routing are all decided
+before the one transaction that inserts the todos.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from switchboard.ingest.derive import derive
+from switchboard.ingest.verify import delivery_id, verify_signature
+from switchboard.obs.logs import get_logger
+from switchboard.ratelimit import RateLimiter
+from switchboard.services import Services
+from switchboard.store.errors import StoreUnavailable
+from switchboard.store.todos import NewTodo
+
+log = get_logger("switchboard.ingest")
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+def error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": code, "message": message}, status_code=status)
+
+
+async def read_capped(request: Request, cap: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > cap:
+        raise BodyTooLarge
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > cap:
+            raise BodyTooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class Ingest:
+    def __init__(self, services: Services, *, per_source_per_minute: float = 600) -> None:
+        self.s = services
+        self.limiter = RateLimiter(services.clock, per_source_per_minute)
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/in/{slug}", self.handle, methods=["POST"]),
+            Route("/in/{slug}/{token}", self.handle, methods=["POST"]),
+        ]
+
+    def _count(self, outcome: str) -> None:
+        self.s.metrics.ingest.labels(outcome).inc()
+
+    async def handle(self, request: Request) -> JSONResponse:
+        with self.s.metrics.ingest_seconds.time():
+            try:
+                return await self._handle(request)
+            except StoreUnavailable:
+                self._count("unavailable")
+                return error(503, "unavailable", "the database is unavailable; retry later")
+            except ClientDisconnect:
+                self._count("client_disconnect")
+                return error(400, "client_disconnect", "the request body did not arrive")
+
+    async def _handle(self, request: Request) -> JSONResponse:
+        slug = request.path_params["slug"]
+        path_token = request.path_params.get("token")
+        try:
+            body = await read_capped(request, self.s.settings.max_body_bytes)
+        except BodyTooLarge:
+            self._count("too_large")
+            return error(413, "too_large", f"bodies are capped at {self.s.settings.max_body_bytes} bytes")
+
+        found = await self.s.sources.by_slug(slug)
+        if found is None:
+            self._count("unknown_source")
+            return error(404, "not_found", "no such source")
+        source, secret = found
+
+        if not self.limiter.allow(source.id):
+            self._count("rate_limited")
+            return JSONResponse(
+                {"error": "rate_limited", "message": "too many deliveries for this source"},
+                status_code=429,
+                headers={"retry-after": "1"},
+            )
+
+        verified = False
+        via_token = False
+        if source.trust == "token":
+            if path_token is None or not hmac.compare_digest(path_token.encode(), secret.encode()):
+                self._count("bad_token")
+                return error(404, "not_found", "no such source")
+            verified = via_token = True
+        elif path_token is not None:
+            self._count("unknown_source")
+            return error(404, "not_found", "no such source")
+        elif source.trust == "signature":
+            if not verify_signature(source.kind, secret, body, request.headers, now=self.s.clock.now()):
+                self._count("bad_signature")
+                log.info("delivery refused: signature did not verify", source=source.slug)
+                return error(401, "bad_signature", "the delivery's signature did not verify")
+            verified = True
+        else:  # trust "none": accepted; verified only if it carries a signature that checks out
+            verified = source.kind != "generic" and verify_signature(
+                source.kind, secret, body, request.headers, now=self.s.clock.now()
+            )
+
+        try:
+            payload: Any = json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            self._count("invalid_json")
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "body is not UTF-8"
+            return error(400, "invalid_json", f"the body is not valid JSON: {reason}")
+
+        event = derive(source.kind, request.headers, payload)
+        did = delivery_id(source.kind, request.headers)
+        targets = await self.s.sources.targets(source.id, event.kind)
+        if not targets:
+            self._count("unrouted")
+            log.info("delivery has no route", source=source.slug, kind=event.kind)
+            return JSONResponse({"todos": [], "deduplicated": 0, "routed": False}, status_code=202)
+
+        result = await self.s.todos.create(
+            [
+                NewTodo(
+                    endpoint_id=t.endpoint_id,
+                    queue=t.queue,
+                    title=event.title,
+                    payload=payload,
+                    kind=event.kind,
+                    source=source.slug,
+                    source_id=source.id,
+                    delivery_id=did,
+                    verified=verified,
+                    via_token=via_token,
+                    quarantined=source.quarantined,
+                )
+                for t in targets
+            ]
+        )
+        self._count("accepted" if result.created else "deduplicated")
+        log.info(
+            "delivery accepted",
+            source=source.slug,
+            kind=event.kind,
+            todos=len(result.created),
+            deduplicated=result.deduplicated,
+            verified=verified,
+        )
+        return JSONResponse(
+            {"todos": result.created, "deduplicated": result.deduplicated, "routed": True, "verified": verified},
+            status_code=202,
+        )

@@ -1,0 +1,1 @@
+"""Background work every instance runs: the lease reaper and the retry scheduler."""

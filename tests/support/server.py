@@ -1,0 +1,96 @@
+"""Start real Switchboard instances in the test's event loop: uvicorn on 127.0.0.1, a real database,
+an injected clock and DNS resolver. Several instances may share one PostgreSQL database."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+
+from switchboard.app import Component, create_app
+from switchboard.clock import Clock, ManualClock
+from switchboard.services import Services, build_services
+from switchboard.settings import Settings
+
+TEST_CRED_KEY = "00" * 32  # several instances on one database must share the envelope key
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Instance:
+    services: Services
+    port: int
+    server: uvicorn.Server
+    task: asyncio.Task[None]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def mcp_url(self) -> str:
+        return f"{self.base_url}/mcp"
+
+    def client(self, **kwargs: Any) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=self.base_url, timeout=10, **kwargs)
+
+    async def stop(self) -> None:
+        self.server.should_exit = True
+        await self.task
+
+
+def make_settings(data_dir: Path, database_url: str | None = None, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "data_dir": data_dir,
+        "database_url": database_url,
+        "cred_key": TEST_CRED_KEY,
+        "reaper_interval": 3600.0,  # tests drive sweeps explicitly unless they say otherwise
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+@asynccontextmanager
+async def run_instance(
+    settings: Settings,
+    *,
+    clock: Clock | None = None,
+    resolver: Any = None,
+    ssl_context: ssl.SSLContext | None = None,
+    components: Sequence[Component] = (),
+    port: int | None = None,
+) -> AsyncIterator[Instance]:
+    port = port or free_port()
+    settings = settings.model_copy(update={"listen": f"127.0.0.1:{port}"})
+    services = build_services(
+        settings, clock=clock or ManualClock(), resolver=resolver, ssl_context=ssl_context
+    )
+    app = create_app(services, components=components)
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_config=None, lifespan="on", access_log=False
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()  # raises the startup error
+            raise RuntimeError("server exited before it started")
+        await asyncio.sleep(0.01)  # uvicorn exposes no started event; poll its flag
+    instance = Instance(services, port, server, task)
+    try:
+        yield instance
+    finally:
+        await instance.stop()
