@@ -104,10 +104,12 @@ def _verify_github(secret: str, body: bytes, headers: Mapping[str, str]) -> bool
 def _standard_key(secret: str) -> bytes | None:
     """Decode a ``whsec_`` secret the way stock Standard Webhooks libraries do.
 
-    Padding is optional (some providers omit it), but any character outside
-    the base64 alphabet is refused instead of silently skipped.
+    Padding and surrounding whitespace are optional (some providers omit
+    padding, pasted secrets carry newlines), but any other character outside
+    the base64 alphabet is refused where stock libraries silently skip it: a
+    mangled secret should fail loudly at the first delivery.
     """
-    encoded = secret.removeprefix(_WHSEC_PREFIX).rstrip("=")
+    encoded = secret.strip().removeprefix(_WHSEC_PREFIX).rstrip("=")
     encoded += "=" * (-len(encoded) % 4)
     try:
         key = base64.b64decode(encoded, validate=True)
@@ -135,7 +137,6 @@ def _verify_standard(secret: str, body: bytes, headers: Mapping[str, str], now: 
     if abs(now - int(timestamp)) > STANDARD_TOLERANCE_SECONDS:
         return False
     expected = _hmac_sha256(key, f"{msg_id}.{timestamp}.".encode() + body)
-    matched = False
     # Several entries appear while the sender rotates secrets; any v1 match
     # is enough, and entries of other versions or shapes are skipped.
     for entry in signatures.split():
@@ -144,8 +145,8 @@ def _verify_standard(secret: str, body: bytes, headers: Mapping[str, str], now: 
             continue
         given = _b64_signature(encoded)
         if given is not None and hmac.compare_digest(expected, given):
-            matched = True
-    return matched
+            return True
+    return False
 
 
 def verify_signature(kind: str, secret: str, body: bytes, headers: Mapping[str, str], *, now: float) -> bool:
