@@ -1,0 +1,22 @@
+# Entry points; the scripts do the work (and install what they need).
+# Pass pytest arguments with ARGS, e.g. `make test ARGS="tests/unit -x"`.
+ARGS ?=
+
+.PHONY: test serve lint soak bench
+
+test:
+	scripts/test $(ARGS)
+
+serve:
+	scripts/serve $(ARGS)
+
+lint:
+	scripts/test --lint-only
+
+# Placeholder until a real soak suite exists.
+soak:
+	scripts/test -m slow $(ARGS)
+
+# Placeholder: the bench package does not exist yet.
+bench:
+	.venv/bin/python -m bench $(ARGS)
