@@ -30,8 +30,18 @@ class Component(Protocol):
         ...
 
 
-def create_app(services: Services, *, components: Sequence[Component] = ()) -> Starlette:
+def default_components(services: Services) -> list[Component]:
+    from switchboard.notify.component import NotifyComponent
+
+    return [NotifyComponent(services)]
+
+
+def create_app(services: Services, *, components: Sequence[Component] | None = None) -> Starlette:
+    """``components`` defaults to every feature; tests pass their own to tune them."""
     from switchboard.mcp.server import build_mcp
+
+    if components is None:
+        components = default_components(services)
 
     settings = services.settings
     ingest = Ingest(services)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,7 +70,7 @@ async def run_instance(
     clock: Clock | None = None,
     resolver: Any = None,
     ssl_context: ssl.SSLContext | None = None,
-    components: Sequence[Component] = (),
+    components: Callable[[Services], Sequence[Component]] | None = None,
     port: int | None = None,
 ) -> AsyncIterator[Instance]:
     port = port or free_port()
@@ -78,7 +78,7 @@ async def run_instance(
     services = build_services(
         settings, clock=clock or ManualClock(), resolver=resolver, ssl_context=ssl_context
     )
-    app = create_app(services, components=components)
+    app = create_app(services, components=None if components is None else components(services))
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_config=None, lifespan="on", access_log=False
     )

@@ -58,6 +58,10 @@ class Ingest:
             Route("/in/{slug}/{token}", self.handle, methods=["POST"]),
         ]
 
+    def _invalid_json(self, reason: str) -> JSONResponse:
+        self._count("invalid_json")
+        return error(400, "invalid_json", f"the body is not valid JSON: {reason}")
+
     def _count(self, outcome: str) -> None:
         self.s.metrics.ingest.labels(outcome).inc()
 
@@ -118,10 +122,14 @@ class Ingest:
 
         try:
             payload: Any = json.loads(body)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            self._count("invalid_json")
-            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "body is not UTF-8"
-            return error(400, "invalid_json", f"the body is not valid JSON: {reason}")
+        except json.JSONDecodeError as exc:
+            return self._invalid_json(exc.msg)
+        except UnicodeDecodeError:
+            return self._invalid_json("body is not UTF-8")
+        except RecursionError:
+            return self._invalid_json("nesting is too deep")
+        except ValueError:  # e.g. an integer literal past Python's digit limit
+            return self._invalid_json("a number is too large")
 
         event = derive(source.kind, request.headers, payload)
         did = delivery_id(source.kind, request.headers)
@@ -159,6 +167,11 @@ class Ingest:
             verified=verified,
         )
         return JSONResponse(
-            {"todos": result.created, "deduplicated": result.deduplicated, "routed": True, "verified": verified},
+            {
+                "todos": result.created,
+                "deduplicated": result.deduplicated,
+                "routed": True,
+                "verified": verified,
+            },
             status_code=202,
         )

@@ -125,3 +125,29 @@ todos = Table(
         postgresql_where=text("status IN ('pending', 'claimed', 'failed') AND dedup_key IS NOT NULL"),
     ),
 )
+
+# SPEC-0024 notify hooks. The URL is sealed too: its query string may be the receiver's credential.
+notify_hooks = Table(
+    "notify_hooks",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column(
+        "endpoint_id", String(40), ForeignKey("endpoints.id", ondelete="CASCADE"), nullable=False, index=True
+    ),
+    Column("url_enc", LargeBinary, nullable=False),  # AAD "notify_hooks:<id>:url"
+    Column("url_display", Text, nullable=False),  # scheme://host[:port]/path, query redacted
+    Column("queues", Text, nullable=False),  # JSON list; [] = every queue the scope grants
+    Column("ignore_presence", Boolean, nullable=False, server_default=text("false")),
+    Column("enabled", Boolean, nullable=False, server_default=text("true")),
+    Column("secret_enc", LargeBinary, nullable=False),  # AAD "notify_hooks:<id>:secret"
+    Column("prev_secret_enc", LargeBinary, nullable=True),  # AAD "notify_hooks:<id>:prev_secret"
+    Column("prev_secret_expires_at", BigInteger, nullable=True),
+    Column("last_attempt_at", BigInteger, nullable=True),
+    Column("last_status", Integer, nullable=True),
+    Column("last_error", String(40), nullable=True),
+    Column("consecutive_failures", Integer, nullable=False, server_default="0"),
+    Column("disabled_reason", String(40), nullable=True),
+    Column("disabled_at", BigInteger, nullable=True),
+    Column("created_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+)

@@ -61,6 +61,7 @@ class _Subscription:
     name: str
     handler: Subscriber
     queue: asyncio.Queue[Transition]
+    on_drop: Callable[[Transition], None] | None = None
     task: asyncio.Task[None] | None = None
     dropped: int = field(default=0)
 
@@ -76,8 +77,16 @@ class TransitionHub:
     def add_in_transaction(self, handler: InTxHandler) -> None:
         self._in_tx.append(handler)
 
-    def subscribe(self, name: str, handler: Subscriber, *, queue_size: int = 10_000) -> None:
-        sub = _Subscription(name, handler, asyncio.Queue(maxsize=queue_size))
+    def subscribe(
+        self,
+        name: str,
+        handler: Subscriber,
+        *,
+        queue_size: int = 10_000,
+        on_drop: Callable[[Transition], None] | None = None,
+    ) -> None:
+        """``on_drop`` lets a subscriber count what it never saw (SPEC-0024 REQ-7's dropped counter)."""
+        sub = _Subscription(name, handler, asyncio.Queue(maxsize=queue_size), on_drop)
         self._subs.append(sub)
         if self._running:
             sub.task = asyncio.create_task(self._drain(sub), name=f"transitions:{name}")
@@ -96,6 +105,8 @@ class TransitionHub:
                 except asyncio.QueueFull:
                     sub.dropped += 1
                     self._metrics.hook_subscriber_errors.labels(sub.name, "overflow").inc()
+                    if sub.on_drop is not None:
+                        sub.on_drop(t)
                     if sub.dropped == 1 or sub.dropped % 1000 == 0:
                         log.warning(
                             "transition dropped: subscriber queue full",

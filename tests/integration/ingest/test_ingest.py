@@ -133,7 +133,10 @@ async def test_oversized_body_is_413_and_stores_nothing(inst: Instance) -> None:
     assert await count_todos(inst) == 0
 
 
-@pytest.mark.parametrize("body", [b"{not json", b"", b"\xff\xfe", b'{"a": 1} trailing'])
+@pytest.mark.parametrize(
+    "body",
+    [b"{not json", b"", b"\xff\xfe", b'{"a": 1} trailing', b"[" * 100_000, b'{"n": ' + b"9" * 5000 + b"}"],
+)
 async def test_malformed_json_is_400_with_reason_and_stores_nothing(inst: Instance, body: bytes) -> None:
     w = await make_world(inst, trust="token", kind="generic")
     async with inst.client() as http:

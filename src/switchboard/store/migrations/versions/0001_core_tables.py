@@ -1,7 +1,7 @@
 """core tables
 
 Revision ID: 0001
-Revises: 
+Revises:
 """
 
 import sqlalchemy as sa

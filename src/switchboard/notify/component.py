@@ -1,0 +1,77 @@
+"""Notify hooks as a server component: built from Services, started and stopped by the app lifespan."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+from starlette.routing import BaseRoute
+
+from switchboard.notify.dispatcher import Dispatcher
+from switchboard.notify.service import NotifyHooks
+from switchboard.notify.store import HookStore
+from switchboard.obs.logs import get_logger
+from switchboard.outbound import sender_for, validator_for
+from switchboard.services import Services
+
+log = get_logger("switchboard.notify")
+
+SECRET_SWEEP_SECONDS = 60.0
+
+
+class NotifyComponent:
+    def __init__(self, services: Services, *, retry_delays: Sequence[float] = (1.0, 5.0)) -> None:
+        s = services.settings
+        self.services = services
+        self.store = HookStore(
+            services.db, services.envelope, services.clock, grace_seconds=s.notify_grace_hours * 3600
+        )
+        self.verbs = NotifyHooks(self.store, validator_for(services), s.notify_hook_ceiling)
+        self.dispatcher = Dispatcher(
+            hooks=self.store,
+            accounts=services.accounts,
+            todos=services.todos,
+            sender=sender_for(services),
+            metrics=services.metrics,
+            clock=services.clock,
+            queue_size=s.notify_queue_size,
+            workers=s.notify_workers,
+            rate_per_minute=s.notify_rate_per_minute,
+            retry_delays=retry_delays,
+        )
+        self.enabled = s.notify_hook_ceiling > 0
+        services.extras["notify"] = self
+        if self.enabled:
+            services.hub.subscribe(
+                "notify_hooks", self.dispatcher.on_transition, queue_size=s.notify_queue_size
+            )
+            services.presence.on_return(self.dispatcher.on_presence_return)
+
+    def routes(self) -> Sequence[BaseRoute]:
+        return ()
+
+    @asynccontextmanager
+    async def lifespan(self) -> AsyncIterator[None]:
+        if not self.enabled:
+            log.warning("notify hooks are disabled: SWITCHBOARD_NOTIFY_HOOK_CEILING is 0")
+            yield
+            return
+        await self.dispatcher.start()
+        sweeper = asyncio.create_task(self._destroy_expired_secrets(), name="notify-secret-sweeper")
+        try:
+            yield
+        finally:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+            await self.dispatcher.stop()
+
+    async def _destroy_expired_secrets(self) -> None:
+        while True:
+            try:
+                await self.store.destroy_expired_secrets()
+            except Exception:
+                log.error("expired secret sweep failed", exc_info=True)
+            await asyncio.sleep(SECRET_SWEEP_SECONDS)

@@ -1,0 +1,368 @@
+"""The notify-hook dispatcher: a transition subscriber feeding a bounded queue and a worker pool.
+
+Shape, and why:
+
+* Matching happens in the hub's subscriber task, after commit, so ingest and MCP never wait on it.
+* One bounded queue per instance (REQ-7). Full: the notification is dropped and counted, and a warning
+  names the hook (never the URL); sustained overflow coalesces warnings per reason per window.
+* Workers never sleep: a retry is a timer that re-enqueues, so a dead receiver holds a worker only for
+  the attempt itself, and at most ``per_hook_inflight`` workers per hook; the rest of the pool keeps
+  serving other tenants.
+* Pending attempts live only in memory (REQ-7): a restart loses them, and the todo stays claimable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections import defaultdict, deque
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from switchboard.clock import Clock
+from switchboard.notify import body as bodies
+from switchboard.notify.store import HookStore
+from switchboard.obs.logs import get_logger
+from switchboard.obs.metrics import Metrics
+from switchboard.push import (
+    AttemptTimeout,
+    NetworkFailure,
+    PermanentClientError,
+    PushError,
+    RedirectRefused,
+    RetryableStatus,
+    Sender,
+    StatusError,
+    TargetRejected,
+    TLSFailure,
+    new_message_id,
+    standard_headers,
+)
+from switchboard.ratelimit import RateLimiter
+from switchboard.store.accounts import AccountStore
+from switchboard.store.presence import PresenceReturn
+from switchboard.store.todos import TodoStore
+from switchboard.store.transitions import Transition
+
+log = get_logger("switchboard.notify")
+
+MAX_ATTEMPTS = 3
+T = TypeVar("T")
+DROP_LOG_WINDOW = 10.0
+
+
+@dataclass
+class Notification:
+    id: str
+    type: str  # todo.ready | todos.backlog
+    hook_id: str
+    endpoint_id: str
+    todo_id: str | None
+    body: bytes
+    attempts: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+
+def classify(err: PushError) -> str:
+    """REQ-8 last_error: a short classified reason, never response text."""
+    if isinstance(err, TargetRejected):
+        return "rejected_ssrf"
+    if isinstance(err, RedirectRefused):
+        return "redirect"
+    if isinstance(err, AttemptTimeout):
+        return "timeout"
+    if isinstance(err, TLSFailure):
+        return "tls"
+    if isinstance(err, NetworkFailure):
+        return "network"
+    if isinstance(err, RetryableStatus):
+        return "throttled" if err.status in (408, 429) else "server_error"
+    if isinstance(err, PermanentClientError):
+        return "client_error"
+    return "failed"
+
+
+def jittered(delay: float) -> float:
+    """About ``delay`` (+-20%), so a burst of failures does not retry in lockstep."""
+    return delay * random.uniform(0.8, 1.2)
+
+
+class _DropLog:
+    """One warning per reason per window, each saying how many drops it stands for."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, float] = {}
+        self._suppressed: defaultdict[str, int] = defaultdict(int)
+
+    def drop(self, reason: str, **ids: str | None) -> None:
+        now = time.monotonic()
+        if now - self._last.get(reason, -DROP_LOG_WINDOW) >= DROP_LOG_WINDOW:
+            count = self._suppressed.pop(reason, 0) + 1
+            self._last[reason] = now
+            log.warning("notification dropped", reason=reason, drops=count, **ids)
+        else:
+            self._suppressed[reason] += 1
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        *,
+        hooks: HookStore,
+        accounts: AccountStore,
+        todos: TodoStore,
+        sender: Sender,
+        metrics: Metrics,
+        clock: Clock,
+        queue_size: int = 10_000,
+        workers: int = 16,
+        per_hook_inflight: int = 4,
+        rate_per_minute: float = 120,
+        retry_delays: Sequence[float] = (1.0, 5.0),
+        drain_timeout: float = 5.0,
+    ) -> None:
+        self.hooks, self.accounts, self.todos = hooks, accounts, todos
+        self.sender, self.metrics, self.clock = sender, metrics, clock
+        self.queue: asyncio.Queue[Notification] = asyncio.Queue(maxsize=queue_size)
+        self.worker_count = workers
+        self.per_hook_inflight = per_hook_inflight
+        self.limiter = RateLimiter(clock, rate_per_minute, burst=rate_per_minute)
+        self.retry_delays = tuple(retry_delays)
+        self.drain_timeout = drain_timeout
+        self._inflight: defaultdict[str, int] = defaultdict(int)
+        self._parked: defaultdict[str, deque[Notification]] = defaultdict(deque)
+        self._timers: set[asyncio.TimerHandle] = set()
+        self._workers: list[asyncio.Task[None]] = []
+        self._drops = _DropLog()
+        self._busy = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.accepting = False
+
+    # -- producing ---------------------------------------------------------------------------------
+
+    async def on_transition(self, t: Transition) -> None:
+        """Hub subscriber: match the transition against the endpoint's hooks (REQ-1, REQ-6, REQ-9)."""
+        if not t.pushable or t.endpoint_id is None or not self.accepting:
+            return
+        hooks = await self.hooks.enabled_for_endpoint(t.endpoint_id)
+        if not hooks:
+            return
+        endpoint = await self.accounts.endpoint(t.endpoint_id)
+        if endpoint is None:
+            return
+        now = self.clock.now()
+        body: bytes | None = None
+        for hook in hooks:
+            if t.queue not in hook.effective_queues(endpoint.queues):
+                continue
+            if not hook.ignore_presence and endpoint.effective_presence == "out":
+                continue
+            body = body or bodies.todo_ready(t, endpoint.slug, now)
+            self._offer(Notification(new_message_id(), "todo.ready", hook.id, endpoint.id, t.todo_id, body))
+
+    def on_unmatched_drop(self, t: Transition) -> None:
+        """The hub's queue was full: dropped before any hook was matched, so log endpoint and todo ids."""
+        if t.pushable:
+            self.metrics.notify_notifications.labels("todo.ready", "dropped").inc()
+            self._drops.drop("queue_full_unmatched", endpoint_id=t.endpoint_id, todo_id=t.todo_id)
+
+    async def on_presence_return(self, event: PresenceReturn) -> None:
+        """REQ-9: one todos.backlog per presence-respecting hook, decided by the presence_seen update."""
+        if not self.accepting:
+            return
+        endpoint = await self.accounts.endpoint(event.endpoint_id)
+        if endpoint is None:
+            return
+        now = self.clock.now()
+        reason = (
+            event.reason if event.reason in ("clock_in", "operator", "shift_start", "override_end") else None
+        )
+        if reason is None:
+            return
+        for hook in await self.hooks.enabled_for_endpoint(endpoint.id):
+            if hook.ignore_presence:
+                continue
+            pending, queues, oldest = await self.todos.pending_summary(
+                endpoint.id, hook.effective_queues(endpoint.queues)
+            )
+            if pending == 0 or oldest is None:
+                continue
+            age = max(0, int(now - oldest / 1000))
+            body = bodies.todos_backlog(endpoint.slug, reason, pending, queues, age, now)
+            self._offer(Notification(new_message_id(), "todos.backlog", hook.id, endpoint.id, None, body))
+
+    def _offer(self, n: Notification) -> None:
+        if not self.limiter.allow(n.hook_id):
+            self._dropped(n, "rate_limited")
+            return
+        self._put(n)
+
+    def _put(self, n: Notification) -> None:
+        try:
+            self.queue.put_nowait(n)
+        except asyncio.QueueFull:
+            self._dropped(n, "queue_full")
+            return
+        self._idle.clear()
+        self.metrics.notify_queue_depth.set(self.queue.qsize())
+
+    def _dropped(self, n: Notification, reason: str) -> None:
+        self.metrics.notify_notifications.labels(n.type, "dropped").inc()
+        self._drops.drop(reason, hook_id=n.hook_id, notification_id=n.id, todo_id=n.todo_id)
+        self._check_idle()
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.accepting = True
+        self._workers = [
+            asyncio.create_task(self._work(), name=f"notify-worker-{i}") for i in range(self.worker_count)
+        ]
+
+    async def stop(self) -> None:
+        """Stop taking notifications, let in-flight work finish within ``drain_timeout``, then abandon."""
+        self.accepting = False
+        for timer in self._timers:
+            timer.cancel()
+        self._timers.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.drain_timeout):
+                await self.queue.join()
+        for task in self._workers:
+            task.cancel()
+        for task in self._workers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._workers = []
+
+    async def idle(self) -> None:
+        """Wait until nothing is queued, in flight or waiting to retry (tests await this)."""
+        await self._idle.wait()
+
+    def _check_idle(self) -> None:
+        if self.queue.empty() and self._busy == 0 and not self._timers and not any(self._parked.values()):
+            self._idle.set()
+
+    # -- attempts ----------------------------------------------------------------------------------
+
+    async def _work(self) -> None:
+        while True:
+            n = await self.queue.get()
+            self.metrics.notify_queue_depth.set(self.queue.qsize())
+            try:
+                if self._inflight[n.hook_id] >= self.per_hook_inflight:
+                    self._parked[n.hook_id].append(n)  # fairness: one hook never holds every worker
+                    continue
+                self._inflight[n.hook_id] += 1
+                self._busy += 1
+                try:
+                    await self._attempt(n)
+                finally:
+                    self._busy -= 1
+                    self._inflight[n.hook_id] -= 1
+                    if self._inflight[n.hook_id] == 0:
+                        del self._inflight[n.hook_id]
+                    parked = self._parked.get(n.hook_id)
+                    if parked:
+                        self._put(parked.popleft())
+                        if not parked:
+                            del self._parked[n.hook_id]
+            finally:
+                self.queue.task_done()
+                self._check_idle()
+
+    async def _attempt(self, n: Notification) -> None:
+        try:
+            hook = await self.hooks.sendable(n.hook_id)
+        except Exception:
+            log.error(
+                "hook read failed", hook_id=n.hook_id, notification_id=n.id, stage="store", exc_info=True
+            )
+            self.metrics.notify_notifications.labels(n.type, "failed").inc()
+            return
+        if hook is None:  # deleted or disabled since it was matched: no attempt may start
+            self._dropped(n, "hook_gone")
+            return
+        n.attempts += 1
+        headers = standard_headers(hook.secrets, n.id, int(self.clock.now()), n.body)
+        started = time.monotonic()
+        try:
+            result = await self.sender.send(hook.url, body=n.body, headers=headers)
+        except PushError as err:
+            await self._failed_attempt(n, err, time.monotonic() - started)
+            return
+        duration = time.monotonic() - started
+        self.metrics.notify_attempts.labels("2xx").inc()
+        self.metrics.notify_notifications.labels(n.type, "delivered").inc()
+        log.info(
+            "notify attempt",
+            hook_id=n.hook_id,
+            notification_id=n.id,
+            attempt=n.attempts,
+            result="2xx",
+            status=result.status,
+            duration_ms=round(duration * 1000, 1),
+        )
+        await self._health(n, self.hooks.record_delivered(n.hook_id, result.status))
+
+    async def _failed_attempt(self, n: Notification, err: PushError, duration: float) -> None:
+        status = err.status if isinstance(err, StatusError) else None
+        reason = classify(err)
+        self.metrics.notify_attempts.labels(err.result).inc()
+        log.info(
+            "notify attempt",
+            hook_id=n.hook_id,
+            notification_id=n.id,
+            attempt=n.attempts,
+            result=err.result,
+            status=status,
+            error=reason,
+            stage=err.stage,
+            duration_ms=round(duration * 1000, 1),
+        )
+        if err.retryable and n.attempts < MAX_ATTEMPTS and self.accepting:
+            await self._health(n, self.hooks.record_attempt(n.hook_id, status, reason))
+            self._retry_later(n, jittered(self.retry_delays[min(n.attempts, len(self.retry_delays)) - 1]))
+            return
+        self.metrics.notify_notifications.labels(n.type, "failed").inc()
+        outcome = await self._health(n, self.hooks.record_failed(n.hook_id, status, reason))
+        if outcome is not None and outcome.disabled_now:
+            self.metrics.notify_disabled.labels("consecutive_failures").inc()
+            log.warning(
+                "notify hook disabled",
+                hook_id=n.hook_id,
+                reason="consecutive_failures",
+                consecutive_failures=outcome.consecutive_failures,
+            )
+
+    async def _health(self, n: Notification, update: Awaitable[T]) -> T | None:
+        """REQ-12: a health-write failure is logged with both ids and the worker carries on."""
+        try:
+            return await update
+        except Exception:
+            log.error(
+                "hook health update failed",
+                hook_id=n.hook_id,
+                notification_id=n.id,
+                stage="health",
+                exc_info=True,
+            )
+            return None
+
+    def _retry_later(self, n: Notification, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        handle: asyncio.TimerHandle | None = None
+
+        def fire() -> None:
+            assert handle is not None
+            self._timers.discard(handle)
+            if self.accepting:
+                self._put(n)
+            self._check_idle()
+
+        handle = loop.call_later(delay, fire)
+        self._timers.add(handle)

@@ -1,0 +1,107 @@
+"""The four REQ-2 verbs as plain async functions; the MCP binding (notify/mcp.py) stays thin."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from switchboard.notify.errors import CeilingExceeded, InvalidHook
+from switchboard.notify.store import Hook, HookStore
+from switchboard.push import TargetRejected, Validator
+from switchboard.store.accounts import QUEUE, Endpoint
+
+
+def _iso_ms(value: int | None) -> str | None:
+    if value is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(value / 1000))
+
+
+def hook_view(hook: Hook) -> dict[str, Any]:
+    """A hook as every API shows it: the URL redacted, health included, never a secret."""
+    return {
+        "hook_id": hook.id,
+        "url": hook.url_display,
+        "queues": list(hook.queues),
+        "ignore_presence": hook.ignore_presence,
+        "enabled": hook.enabled,
+        "last_attempt_at": _iso_ms(hook.last_attempt_at),
+        "last_status": hook.last_status,
+        "last_error": hook.last_error,
+        "consecutive_failures": hook.consecutive_failures,
+        "disabled_reason": hook.disabled_reason,
+        "disabled_at": _iso_ms(hook.disabled_at),
+        "created_at": _iso_ms(hook.created_at),
+        "previous_secret_valid_until": _iso_ms(hook.rotating_until),
+    }
+
+
+class NotifyHooks:
+    def __init__(self, store: HookStore, validator: Validator, ceiling: int) -> None:
+        self.store, self.validator, self.ceiling = store, validator, ceiling
+
+    async def create(
+        self, endpoint: Endpoint, url: object, queues: object = None, ignore_presence: object = False
+    ) -> dict[str, Any]:
+        if not isinstance(url, str) or not url:
+            raise InvalidHook("url must be a non-empty string")
+        wanted = _queues(queues, endpoint)
+        if not isinstance(ignore_presence, bool):
+            raise InvalidHook("ignore_presence must be true or false")
+        if self.ceiling <= 0:
+            raise CeilingExceeded("notify hooks are disabled on this server (ceiling 0)")
+        if await self.store.count(endpoint.id) >= self.ceiling:
+            # Fast path; the authoritative check runs again inside the insert's transaction.
+            raise CeilingExceeded(f"this endpoint already has the maximum of {self.ceiling} notify hooks")
+        try:
+            await self.validator.check(url)
+        except TargetRejected as err:
+            raise InvalidHook(f"url refused ({err.reason}): {err}") from None
+        hook, secret = await self.store.create(endpoint.id, url, wanted, ignore_presence, self.ceiling)
+        return {
+            "hook_id": hook.id,
+            "url": hook.url_display,
+            "queues": list(hook.queues),
+            "ignore_presence": hook.ignore_presence,
+            "enabled": hook.enabled,
+            "signing_secret": secret,
+        }
+
+    async def list(self, endpoint: Endpoint) -> dict[str, Any]:
+        hooks = await self.store.list_for_endpoint(endpoint.id)
+        return {"hooks": [hook_view(h) for h in hooks], "ceiling": {"max": self.ceiling, "used": len(hooks)}}
+
+    async def rotate(self, endpoint: Endpoint, hook_id: object) -> dict[str, Any]:
+        hook, secret = await self.store.rotate(endpoint.id, _hook_id(hook_id))
+        return {
+            "hook_id": hook.id,
+            "enabled": hook.enabled,
+            "signing_secret": secret,
+            "previous_secret_valid_until": _iso_ms(hook.rotating_until),
+        }
+
+    async def delete(self, endpoint: Endpoint, hook_id: object) -> dict[str, Any]:
+        hid = _hook_id(hook_id)
+        await self.store.delete(endpoint.id, hid)
+        return {"hook_id": hid, "deleted": True}
+
+
+def _hook_id(value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidHook("hook_id must be a non-empty string")
+    return value
+
+
+def _queues(value: object, endpoint: Endpoint) -> Sequence[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(q, str) for q in value):
+        raise InvalidHook("queues must be a list of queue names")
+    bad = [q for q in value if not QUEUE.match(q)]
+    if bad:
+        raise InvalidHook(f"invalid queue names: {', '.join(bad)}")
+    outside = sorted(set(value) - set(endpoint.queues))
+    if outside:
+        raise InvalidHook(f"queues not in this endpoint's scope: {', '.join(outside)}")
+    return value
