@@ -1,0 +1,161 @@
+"""The consumer verbs (claim_next, claim, heartbeat, ack, fail, list_todos): work the caller's own queue.
+
+Every statement is scoped by the caller's endpoint id, so another endpoint's todo id behaves exactly like
+an id that does not exist (``not_found``, same message). A refused move is then explained by reading the
+row back: ``conflict`` when it exists but is in the wrong state.
+
+No ``from __future__ import annotations`` here: argument types are built from settings at registration
+time (the lease ceiling) and the SDK reads them from the function signatures.
+"""
+
+import json
+from typing import Annotated, Any, Literal
+
+from mcp.server import MCPServer
+from mcp_types import ToolAnnotations
+from pydantic import Field
+
+from switchboard.ids import looks_like
+from switchboard.mcp.tools import (
+    ToolContext,
+    VerbError,
+    current_endpoint,
+    not_found,
+    require_queues,
+    todo_view,
+)
+
+MAX_RESULT_BYTES = 64 * 1024
+
+TodoId = Annotated[str, Field(min_length=1, max_length=64, description="A todo id, td_...")]
+QueueName = Annotated[str, Field(min_length=1, max_length=64)]
+Status = Literal["pending", "claimed", "done", "failed", "dead", "canceled"]
+
+
+def register_consumer_verbs(server: MCPServer[Any], tc: ToolContext) -> None:
+    services = tc.services
+    settings = services.settings
+    todos = services.todos
+    claims = services.metrics.claims
+    lease_doc = (
+        f"Lease length in seconds (default {settings.lease_seconds}, at most {settings.max_lease_seconds}). "
+        "Heartbeat before it ends or the todo goes back to pending."
+    )
+    Lease = Annotated[int | None, Field(ge=1, le=settings.max_lease_seconds, description=lease_doc)]
+
+    async def explain(endpoint_id: str, todo_id: str, expected: str) -> VerbError:
+        row = await todos.get(endpoint_id, todo_id)
+        if row is None:
+            return not_found()
+        return VerbError("conflict", f"the todo is {row.status}, not {expected}")
+
+    async def claim_next(
+        queues: Annotated[
+            list[QueueName] | None,
+            Field(
+                min_length=1, max_length=64, description="Queues to claim from; default: every scope queue."
+            ),
+        ] = None,
+        lease_seconds: Lease = None,
+    ) -> dict[str, Any]:
+        """Claim the oldest pending todo on your queues. Returns {"todo": {...}} with its payload, or
+        {"todo": null} when nothing is pending. Errors: invalid_argument (queue outside your scope)."""
+        endpoint = current_endpoint()
+        wanted = require_queues(endpoint, queues) if queues is not None else list(endpoint.queues)
+        row = await todos.claim_next(endpoint.id, wanted, lease_seconds or settings.lease_seconds)
+        claims.labels("claimed" if row is not None else "empty").inc()
+        return {"todo": todo_view(row) if row is not None else None}
+
+    async def claim(todo_id: TodoId, lease_seconds: Lease = None) -> dict[str, Any]:
+        """Claim one specific pending todo. Errors: not_found, conflict (not pending), forbidden (its
+        queue left your scope)."""
+        endpoint = current_endpoint()
+        if not looks_like("td", todo_id):
+            raise not_found()
+        row = await todos.claim(
+            endpoint.id, todo_id, endpoint.queues, lease_seconds or settings.lease_seconds
+        )
+        if row is None:
+            claims.labels("refused").inc()
+            current = await todos.get(endpoint.id, todo_id)
+            if current is None:
+                raise not_found()
+            if current.queue not in endpoint.queues:
+                raise VerbError("forbidden", f"the queue {current.queue} is not in this endpoint's scope")
+            raise VerbError("conflict", f"the todo is {current.status}, not pending")
+        claims.labels("claimed").inc()
+        return {"todo": todo_view(row)}
+
+    async def heartbeat(todo_id: TodoId, lease_seconds: Lease = None) -> dict[str, Any]:
+        """Extend the lease on a todo you hold. Errors: not_found, conflict (not claimed)."""
+        endpoint = current_endpoint()
+        if not looks_like("td", todo_id):
+            raise not_found()
+        row = await todos.heartbeat(endpoint.id, todo_id, lease_seconds or settings.lease_seconds)
+        if row is None:
+            raise await explain(endpoint.id, todo_id, "claimed")
+        return {"todo": todo_view(row, payload=False)}
+
+    async def ack(
+        todo_id: TodoId,
+        result: Annotated[Any, Field(description="Any JSON value, at most 64 KiB serialized.")] = None,
+    ) -> dict[str, Any]:
+        """Mark a todo you hold as done, with an optional JSON result. Errors: not_found, conflict (not
+        claimed), invalid_argument (result over 64 KiB)."""
+        endpoint = current_endpoint()
+        if not looks_like("td", todo_id):
+            raise not_found()
+        if len(json.dumps(result, separators=(",", ":")).encode()) > MAX_RESULT_BYTES:
+            raise VerbError("invalid_argument", "result is larger than 64 KiB serialized")
+        row = await todos.ack(endpoint.id, todo_id, result)
+        if row is None:
+            raise await explain(endpoint.id, todo_id, "claimed")
+        return {"todo": todo_view(row, payload=False)}
+
+    async def fail(
+        todo_id: TodoId,
+        error: Annotated[str, Field(min_length=1, max_length=2000, description="What went wrong.")],
+        retry: Annotated[bool, Field(description="False: give up now (dead).")] = True,
+    ) -> dict[str, Any]:
+        """Give a todo you hold back. With retry it becomes failed with a retry_at (backoff) and returns
+        to pending then; after the last attempt, or with retry=false, it is dead. Errors: not_found,
+        conflict (not claimed)."""
+        endpoint = current_endpoint()
+        if not looks_like("td", todo_id):
+            raise not_found()
+        row = await todos.fail(endpoint.id, todo_id, error, retry=retry)
+        if row is None:
+            raise await explain(endpoint.id, todo_id, "claimed")
+        return {"todo": todo_view(row, payload=False)}
+
+    async def list_todos(
+        status: Status | None = None,
+        queue: QueueName | None = None,
+        limit: Annotated[int, Field(ge=1, le=200)] = 50,
+        before: Annotated[
+            str | None, Field(max_length=64, description="Page: todos older than this id.")
+        ] = None,
+    ) -> dict[str, Any]:
+        """Your todos, newest first, without payloads (claim one to get it). Page with
+        before=<next_before>. Errors: invalid_argument."""
+        endpoint = current_endpoint()
+        if before is not None and not looks_like("td", before):
+            raise VerbError("invalid_argument", "before must be a todo id")
+        rows = await todos.list_for_endpoint(
+            endpoint.id,
+            statuses=[status] if status else None,
+            queues=[queue] if queue else None,
+            limit=limit,
+            before=before,
+        )
+        return {
+            "todos": [todo_view(row, payload=False) for row in rows],
+            "next_before": rows[-1].id if len(rows) == limit else None,
+        }
+
+    tc.add_tool(claim_next, name="claim_next")
+    tc.add_tool(claim, name="claim")
+    tc.add_tool(heartbeat, name="heartbeat", annotations=ToolAnnotations(idempotent_hint=True))
+    tc.add_tool(ack, name="ack")
+    tc.add_tool(fail, name="fail")
+    tc.add_tool(list_todos, name="list_todos", annotations=ToolAnnotations(read_only_hint=True))

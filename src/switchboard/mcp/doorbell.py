@@ -1,0 +1,216 @@
+"""The channel doorbell (SPEC-0011): tell an endpoint's live MCP sessions that work is ready.
+
+A ring is ``notifications/resources/updated`` for ``switchboard://endpoints/<slug>/todos``. It is only a
+doorbell (ADR-0013): the todo stays pending and claimable whether or not anyone hears it, so every send
+is best-effort and nothing here retries.
+
+Two protocol eras, two paths:
+
+* modern (2026-07-28) clients listen with ``subscriptions/listen``; we publish ``ResourceUpdated`` on the
+  ``SubscriptionBus`` this surface owns. The SDK's listen stream carries the URI only.
+* legacy (handshake) clients get the notification on their GET stream through the captured
+  ``ServerSession``, with ``_meta["switchboard/doorbell"]`` saying why (see docs/mcp.md).
+
+What rings: a push-eligible transition into pending (``Transition.pushable``) for an endpoint that is
+``in`` and holds the queue in its scope; a digest when the endpoint comes back ``in`` (decided once by
+the conditional ``presence_seen`` update); a reconnect digest when a legacy session's GET stream opens;
+and the heartbeat, which re-rings while push-eligible todos stay pending. None of these fire hooks.
+Sessions are per process, so each instance rings the sessions connected to it; a todo created on
+another instance is caught by this instance's heartbeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from typing import Any
+
+from mcp.server.subscriptions import ResourceUpdated, SubscriptionBus
+from mcp_types import ResourceUpdatedNotification, ResourceUpdatedNotificationParams
+
+from switchboard.clock import ms
+from switchboard.mcp.sessions import LegacySessions
+from switchboard.obs.logs import get_logger
+from switchboard.services import Services
+from switchboard.store.accounts import Endpoint
+from switchboard.store.presence import PresenceReturn
+from switchboard.store.transitions import Transition
+from switchboard.text import summary
+
+log = get_logger("switchboard.mcp.doorbell")
+
+META_KEY = "switchboard/doorbell"
+SEND_TIMEOUT = 5.0  # a client that stops reading its GET stream must not stall the doorbell
+PING_TIMEOUT = 10.0
+
+
+def doorbell_uri(slug: str) -> str:
+    return f"switchboard://endpoints/{slug}/todos"
+
+
+class Doorbell:
+    def __init__(self, services: Services, bus: SubscriptionBus) -> None:
+        self.services = services
+        self.bus = bus
+        self.sessions = LegacySessions(self._on_stream_ready)
+        self._listeners: Counter[str] = Counter()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._heartbeat: asyncio.Task[None] | None = None
+        services.hub.subscribe("doorbell", self.on_transition)
+        services.presence.on_return(self.on_presence_return)
+
+    # -- who is listening -----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def listening(self, endpoint_id: str) -> Iterator[None]:
+        """Held by the gate for the life of a modern ``subscriptions/listen`` stream."""
+        self._listeners[endpoint_id] += 1
+        try:
+            yield
+        finally:
+            self._listeners[endpoint_id] -= 1
+            if self._listeners[endpoint_id] <= 0:
+                del self._listeners[endpoint_id]
+
+    def live(self, endpoint_id: str) -> bool:
+        return self._listeners[endpoint_id] > 0 or self.sessions.has(endpoint_id)
+
+    def live_endpoints(self) -> list[str]:
+        return sorted({*self._listeners, *self.sessions.endpoints()})
+
+    # -- triggers -------------------------------------------------------------------------------
+
+    async def on_transition(self, t: Transition) -> None:
+        """Hub subscriber: one ring per push-eligible todo that became ready."""
+        if not t.pushable or t.endpoint_id is None or not self.live(t.endpoint_id):
+            return
+        endpoint = await self.services.accounts.endpoint(t.endpoint_id)
+        if endpoint is None or endpoint.effective_presence != "in" or t.queue not in endpoint.queues:
+            return
+        await self.ring(
+            endpoint,
+            "ready",
+            {
+                "type": "todo.ready",
+                "reason": t.reason or t.transition,
+                "todo_id": t.todo_id,
+                "queue": t.queue,
+                "kind": t.kind,
+                "title": summary(t.title),
+            },
+        )
+
+    async def on_presence_return(self, event: PresenceReturn) -> None:
+        """SPEC-0022: the endpoint is back ``in``; one digest, decided by the presence store."""
+        if self.live(event.endpoint_id):
+            await self.digest(event.endpoint_id, kind="digest", reason=event.reason)
+
+    def _on_stream_ready(self, endpoint_id: str, sid: str) -> None:
+        self._spawn(self.digest(endpoint_id, kind="reconnect", reason="reconnect", only_sid=sid))
+
+    async def heartbeat_once(self) -> int:
+        """Re-ring every live endpoint that still has push-eligible pending todos; returns how many."""
+        await self.prune()
+        rung = 0
+        for endpoint_id in self.live_endpoints():
+            if await self.digest(endpoint_id, kind="heartbeat", reason="heartbeat"):
+                rung += 1
+        return rung
+
+    # -- ringing --------------------------------------------------------------------------------
+
+    async def digest(self, endpoint_id: str, *, kind: str, reason: str, only_sid: str | None = None) -> bool:
+        """Ring with counts only, if the endpoint is ``in`` and has push-eligible pending todos."""
+        endpoint = await self.services.accounts.endpoint(endpoint_id)
+        if endpoint is None or endpoint.effective_presence != "in":
+            return False
+        pending, queues, oldest = await self.services.todos.pending_summary(endpoint.id, endpoint.queues)
+        if pending == 0:
+            return False
+        age = 0 if oldest is None else max(0, (ms(self.services.clock.now()) - oldest) // 1000)
+        meta = {
+            "type": "todos.pending",
+            "reason": reason,
+            "pending": pending,
+            "queues": queues,
+            "oldest_pending_seconds": age,
+        }
+        return await self.ring(endpoint, kind, meta, only_sid=only_sid)
+
+    async def ring(
+        self, endpoint: Endpoint, kind: str, meta: dict[str, Any], *, only_sid: str | None = None
+    ) -> bool:
+        """Notify the endpoint's sessions in both eras (or one legacy session). True if any was reached."""
+        uri = doorbell_uri(endpoint.slug)
+        reached = 0
+        if only_sid is None and self._listeners[endpoint.id] > 0:
+            await self.bus.publish(ResourceUpdated(uri=uri))
+            reached += 1
+        note = ResourceUpdatedNotification(
+            params=ResourceUpdatedNotificationParams(uri=uri, _meta={META_KEY: meta})
+        )
+        for sid, session in self.sessions.of(endpoint.id):
+            if only_sid is not None and sid != only_sid:
+                continue
+            try:
+                async with asyncio.timeout(SEND_TIMEOUT):
+                    await session.send_notification(note)
+            except TimeoutError:
+                log.warning("doorbell send timed out", endpoint_id=endpoint.id, kind=kind)
+                continue
+            reached += 1
+        if reached:
+            self.services.metrics.doorbells.labels(kind).inc()
+        return reached > 0
+
+    async def prune(self) -> None:
+        """Forget legacy sessions that have ended. Only those without an open GET stream are in doubt;
+        a ping to an ended session fails at once, a live one answers (or times out and is kept)."""
+
+        async def probe(sid: str, session: Any) -> None:
+            try:
+                async with asyncio.timeout(PING_TIMEOUT):
+                    await session.send_ping()
+            except TimeoutError:
+                return
+            except Exception:
+                self.sessions.forget(sid)
+
+        async with asyncio.TaskGroup() as group:
+            for sid, session in self.sessions.without_stream():
+                group.create_task(probe(sid, session))
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.create_task(self._guarded(coro))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _guarded(self, coro: Coroutine[Any, Any, Any]) -> None:
+        try:
+            await coro
+        except Exception:
+            log.error("doorbell ring failed", exc_info=True)
+
+    async def _beat(self) -> None:
+        interval = self.services.settings.doorbell_heartbeat_seconds
+        while True:
+            await asyncio.sleep(interval)
+            await self._guarded(self.heartbeat_once())
+
+    @contextlib.asynccontextmanager
+    async def run(self) -> AsyncIterator[None]:
+        self._heartbeat = asyncio.create_task(self._beat(), name="doorbell-heartbeat")
+        try:
+            yield
+        finally:
+            pending = [self._heartbeat, *self._tasks]
+            for task in pending:
+                task.cancel()
+            for task in pending:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            self._heartbeat = None

@@ -1,0 +1,63 @@
+"""The MCP surface's error vocabulary: one exception, one result shape, stable codes.
+
+A verb fails with a tool result the agent can read (``is_error=True``), never with a protocol error,
+because an agent can act on ``rate_limited`` or ``conflict`` while a JSON-RPC error usually aborts its
+turn. The ``code`` is the stable part (metrics label it, docs list it); ``message`` is for humans.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Final, Literal
+
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult, TextContent
+
+ErrorCode = Literal[
+    "forbidden",
+    "not_found",
+    "invalid_argument",
+    "rate_limited",
+    "unavailable",
+    "conflict",
+    "internal",
+]
+
+CODES: Final[frozenset[str]] = frozenset(
+    {"forbidden", "not_found", "invalid_argument", "rate_limited", "unavailable", "conflict", "internal"}
+)
+
+# One message for "unknown id" and "another endpoint's id", so a caller cannot probe for ids it does
+# not own (SPEC-0024 REQ-2).
+TODO_NOT_FOUND: Final = "todo not found"
+INTERNAL_MESSAGE: Final = "internal error; the server logged it"
+UNAVAILABLE_MESSAGE: Final = "the database is unavailable; retry later"
+
+
+class VerbError(ToolError):
+    """Raise from a tool to answer with a structured error. A ``ToolError`` subclass so the SDK treats
+    it as anticipated (no crash log); the surface turns it into :func:`error_result`."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code: ErrorCode = code
+        self.message = message
+
+
+def error_result(code: ErrorCode, message: str) -> CallToolResult:
+    """The one shape every failed verb returns: ``{"code", "message"}`` as text and as structured data."""
+    body = {"code": code, "message": message}
+    return CallToolResult(
+        is_error=True,
+        content=[TextContent(type="text", text=json.dumps(body))],
+        structured_content=body,
+    )
+
+
+def result_code(result: object) -> str:
+    """The code of a wire-form ``tools/call`` result: ``ok``, or the structured error code."""
+    if not isinstance(result, dict) or not result.get("isError"):
+        return "ok"
+    structured = result.get("structuredContent")
+    code = structured.get("code") if isinstance(structured, dict) else None
+    return code if isinstance(code, str) and code in CODES else "internal"

@@ -1,0 +1,142 @@
+"""The one place MCP grants are enforced: server middleware in front of every inbound message.
+
+* ``tools/call``: rate limit, re-read the endpoint from the database (a scope shrink takes effect on the
+  next call), refuse verbs outside the scope with ``forbidden``, bind the endpoint for the tool, and
+  count the outcome. Refusals are tool results (``is_error``) so an agent can read them.
+* ``tools/list``: only the verbs the endpoint may call.
+* ``subscriptions/listen`` (modern era): an endpoint may listen to its own doorbell URI only.
+* every authenticated legacy message: remember its session for the doorbell.
+
+The SDK runs server middleware before it validates params, so this code reads ``ctx.params`` raw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR, INVALID_REQUEST, CallToolResult, SubscriptionsListenRequestParams
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+from starlette.requests import Request
+
+from switchboard.mcp.auth import caller_endpoint_id
+from switchboard.mcp.doorbell import Doorbell, doorbell_uri
+from switchboard.mcp.errors import UNAVAILABLE_MESSAGE, error_result, result_code
+from switchboard.mcp.sessions import SESSION_HEADER
+from switchboard.mcp.tools import ToolContext, acting_as
+from switchboard.ratelimit import RateLimiter
+from switchboard.store.accounts import Endpoint
+from switchboard.store.errors import StoreUnavailable
+from switchboard.verbs import ALL_VERBS
+
+
+class Gate:
+    def __init__(self, tools: ToolContext, doorbell: Doorbell, limiter: RateLimiter) -> None:
+        self.tools = tools
+        self.services = tools.services
+        self.doorbell = doorbell
+        self.limiter = limiter
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        if ctx.method == "tools/call":
+            return await self._call(ctx, call_next)
+        if ctx.method == "tools/list":
+            return await self._list(ctx, call_next)
+        if ctx.method == "subscriptions/listen":
+            return await self._listen(ctx, call_next)
+        endpoint_id = caller_endpoint_id()
+        if endpoint_id is not None:
+            self._capture(ctx, endpoint_id)
+        return await call_next(ctx)
+
+    # -- tools/call -------------------------------------------------------------------------------
+
+    async def _call(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        params = ctx.params if isinstance(ctx.params, Mapping) else {}
+        name = params.get("name")
+        if not isinstance(name, str):
+            return await call_next(ctx)  # malformed request: the SDK answers invalid params
+        label = name if name in ALL_VERBS or name in self.tools.ungated else "unknown"
+        verdict = await self._admit(name)
+        if isinstance(verdict, CallToolResult):
+            self._count(label, result_code(verdict.model_dump(by_alias=True)))
+            return verdict
+        self._capture(ctx, verdict.id)
+        try:
+            with acting_as(verdict):
+                result = await call_next(ctx)
+        except MCPError:
+            self._count(label, "protocol_error")
+            raise
+        self._count(label, result_code(result))
+        return result
+
+    async def _admit(self, name: str) -> Endpoint | CallToolResult:
+        endpoint_id = caller_endpoint_id()
+        if endpoint_id is None:
+            return error_result("forbidden", "this call is not authenticated as an endpoint")
+        if not self.limiter.allow(endpoint_id):
+            per_minute = self.services.settings.mcp_rate_per_minute
+            return error_result("rate_limited", f"over {per_minute} calls per minute; slow down and retry")
+        try:
+            endpoint = await self.services.accounts.endpoint(endpoint_id)
+        except StoreUnavailable:
+            return error_result("unavailable", UNAVAILABLE_MESSAGE)
+        if endpoint is None:
+            return error_result("forbidden", "this endpoint no longer exists")
+        if name not in self.tools.ungated and name not in endpoint.verbs:
+            return error_result("forbidden", f"the verb {name[:64]!r} is not granted to this endpoint")
+        return endpoint
+
+    def _count(self, verb: str, code: str) -> None:
+        self.services.metrics.mcp_calls.labels(verb, code).inc()
+
+    # -- tools/list -------------------------------------------------------------------------------
+
+    async def _list(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        endpoint = await self._endpoint()
+        if endpoint is not None:
+            self._capture(ctx, endpoint.id)
+        allowed = set(self.tools.ungated) | set(endpoint.verbs if endpoint else ())
+        result = await call_next(ctx)
+        if isinstance(result, dict) and isinstance(result.get("tools"), list):
+            result["tools"] = [t for t in result["tools"] if isinstance(t, dict) and t.get("name") in allowed]
+        return result
+
+    # -- subscriptions/listen ---------------------------------------------------------------------
+
+    async def _listen(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        endpoint = await self._endpoint()
+        if endpoint is None:
+            raise MCPError(INVALID_REQUEST, "this stream is not authenticated as an endpoint")
+        try:
+            params = SubscriptionsListenRequestParams.model_validate(ctx.params or {}, by_name=False)
+        except ValidationError:
+            return await call_next(ctx)  # the SDK answers invalid params
+        own = doorbell_uri(endpoint.slug)
+        if any(uri != own for uri in params.notifications.resource_subscriptions or ()):
+            raise MCPError(INVALID_REQUEST, f"an endpoint may listen only to its own doorbell: {own}")
+        with self.doorbell.listening(endpoint.id):
+            return await call_next(ctx)
+
+    # -- shared -----------------------------------------------------------------------------------
+
+    async def _endpoint(self) -> Endpoint | None:
+        endpoint_id = caller_endpoint_id()
+        if endpoint_id is None:
+            return None
+        try:
+            return await self.services.accounts.endpoint(endpoint_id)
+        except StoreUnavailable:
+            raise MCPError(INTERNAL_ERROR, UNAVAILABLE_MESSAGE) from None
+
+    def _capture(self, ctx: ServerRequestContext[Any, Any], endpoint_id: str) -> None:
+        """Remember a legacy session so the doorbell can reach its GET stream later."""
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS or not isinstance(ctx.request, Request):
+            return
+        sid = ctx.request.headers.get(SESSION_HEADER)
+        if sid:
+            self.doorbell.sessions.register(endpoint_id, sid, ctx.session)
