@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -46,8 +47,28 @@ class Agent:
 
 @asynccontextmanager
 async def agent(mcp_url: str, token: str, **client_kwargs: Any) -> AsyncIterator[Agent]:
-    async with (
-        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http,
-        Client(streamable_http_client(mcp_url, http_client=http), **client_kwargs) as client,
-    ):
-        yield Agent(client)
+    """The client lives in a task of its own: the SDK's anyio scopes must be exited by the task that
+    entered them, and fixtures are torn down from another task than the one that set them up."""
+    ready: asyncio.Future[Agent] = asyncio.get_running_loop().create_future()
+    stop = asyncio.Event()
+
+    async def own() -> None:
+        try:
+            async with (
+                httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http,
+                Client(streamable_http_client(mcp_url, http_client=http), **client_kwargs) as client,
+            ):
+                ready.set_result(Agent(client))
+                await stop.wait()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+                return
+            raise
+
+    task = asyncio.create_task(own())
+    try:
+        yield await ready
+    finally:
+        stop.set()
+        await task

@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from starlette.routing import BaseRoute
 
 from switchboard.notify.dispatcher import Dispatcher
+from switchboard.notify.mcp import registrar
 from switchboard.notify.service import NotifyHooks
 from switchboard.notify.store import HookStore
 from switchboard.obs.logs import get_logger
@@ -43,6 +44,7 @@ class NotifyComponent:
         )
         self.enabled = s.notify_hook_ceiling > 0
         services.extras["notify"] = self
+        services.extras.setdefault("mcp_tools", []).append(registrar(self.verbs))
         if self.enabled:
             services.hub.subscribe(
                 "notify_hooks", self.dispatcher.on_transition, queue_size=s.notify_queue_size

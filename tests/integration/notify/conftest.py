@@ -113,7 +113,7 @@ async def notify_env(
     root = logging.getLogger()
     old_level = root.level
     root.addHandler(logs)
-    root.setLevel(logging.DEBUG)
+    root.setLevel(logging.INFO)
     try:
         async with AsyncExitStack() as stack:
             receiver = await stack.enter_async_context(HTTPSReceiver(ca=ca, cert_hostnames=("hooks.test",)))

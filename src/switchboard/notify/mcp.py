@@ -1,0 +1,66 @@
+"""The four REQ-2 verbs on the MCP surface: thin wrappers over :class:`NotifyHooks`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+from mcp.server import MCPServer
+from pydantic import Field
+
+from switchboard.mcp.tools import ToolContext, VerbError, current_endpoint
+from switchboard.notify.errors import HookError
+
+if TYPE_CHECKING:
+    from switchboard.notify.service import NotifyHooks
+
+OUTBOUND = " Grants outbound HTTP: Switchboard will POST to the URL you register."
+
+HookId = Annotated[str, Field(min_length=1, max_length=64, description="A hook id from create or list.")]
+
+
+def registrar(verbs: NotifyHooks) -> Any:
+    def register(_server: MCPServer[Any], tc: ToolContext) -> None:
+        async def create_notify_hook(
+            url: Annotated[
+                str, Field(min_length=1, description="An https URL you control (at most 2048 bytes).")
+            ],
+            queues: Annotated[
+                list[str] | None, Field(description="Queues to watch, within your scope; omit or [] for all.")
+            ] = None,
+            ignore_presence: Annotated[
+                bool, Field(description="Fire even while you are clocked out (on-demand dispatchers).")
+            ] = False,
+        ) -> dict[str, Any]:
+            """Register an HTTPS URL that Switchboard calls, signed (Standard Webhooks), when one of your
+            todos becomes ready. Returns {hook_id, url, queues, ignore_presence, enabled, signing_secret};
+            the secret is shown only here. Errors: invalid_argument (URL refused; the message names the
+            reason), ceiling_exceeded, forbidden."""
+            try:
+                return await verbs.create(current_endpoint(), url, queues, ignore_presence)
+            except HookError as err:
+                raise VerbError(err.code, err.message) from None  # type: ignore[arg-type]
+
+        async def list_notify_hooks() -> dict[str, Any]:
+            """Your hooks with their health (last status, last error, consecutive failures, disabled
+            reason) and the ceiling {max, used}. Never returns a secret."""
+            return await verbs.list(current_endpoint())
+
+        async def rotate_notify_hook(hook_id: HookId) -> dict[str, Any]:
+            """Mint a new signing secret (shown once) and re-enable the hook. For 24 h every request
+            carries two signatures, one per secret. Errors: not_found."""
+            try:
+                return await verbs.rotate(current_endpoint(), hook_id)
+            except HookError as err:
+                raise VerbError(err.code, err.message) from None  # type: ignore[arg-type]
+
+        async def delete_notify_hook(hook_id: HookId) -> dict[str, Any]:
+            """Remove the hook and its secrets; no attempt starts after this returns. Errors: not_found."""
+            try:
+                return await verbs.delete(current_endpoint(), hook_id)
+            except HookError as err:
+                raise VerbError(err.code, err.message) from None  # type: ignore[arg-type]
+
+        for fn in (create_notify_hook, list_notify_hooks, rotate_notify_hook, delete_notify_hook):
+            tc.add_tool(fn, name=fn.__name__, description=(fn.__doc__ or "").strip() + OUTBOUND)
+
+    return register
