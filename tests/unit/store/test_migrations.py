@@ -8,7 +8,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from switchboard.store.db import Database
-from switchboard.store.schema import metadata
+from switchboard.store.tables import metadata
 
 
 async def test_migrations_match_declared_schema(database: Database) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from switchboard.store.schema import metadata
+from switchboard.store.tables import metadata
 
 connection = context.config.attributes.get("connection")
 if connection is None:  # pragma: no cover - we never run alembic from its own CLI
