@@ -1,7 +1,96 @@
-"""A2A task and push-notification tables (issue 6), on the shared metadata. Migration 0003."""
+"""A2A task and push-notification tables (issue 6), on the shared metadata. Migration 0003.
+
+* ``a2a_tasks``: what makes a todo an A2A task. The todo row stays the ledger (status, result); this
+  row adds who sent it (only that endpoint may read, cancel, or register push configs for it), the
+  context id, the original message, and the per-task sequence counter that push deliveries carry.
+* ``push_notification_configs``: the webhook targets of a task. URL, token and credentials are
+  sealed by the cred envelope (AAD ``push_notification_configs:<id>:<field>``); ``url_display`` has
+  its query redacted, ``host`` is kept in the clear for per-host rate limiting.
+* ``a2a_push_outbox``: one row per (transition, config), written in the transition's transaction, so
+  a restart loses nothing. ``due_at`` doubles as the claim lease: a claimed row is pushed into the
+  future, and comes due again if the claiming instance dies.
+"""
 
 from __future__ import annotations
 
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
 from switchboard.store.schema import metadata
 
-__all__ = ["metadata"]
+__all__ = ["a2a_push_outbox", "a2a_tasks", "metadata", "push_notification_configs"]
+
+a2a_tasks = Table(
+    "a2a_tasks",
+    metadata,
+    Column("todo_id", String(40), ForeignKey("todos.id", ondelete="CASCADE"), primary_key=True),
+    Column(
+        "owner_endpoint_id", String(40), ForeignKey("endpoints.id", ondelete="CASCADE"), nullable=False
+    ),
+    Column("context_id", String(64), nullable=False),
+    Column("message", Text, nullable=False),  # the sent Message, as A2A JSON (the task's history)
+    Column("last_seq", BigInteger, nullable=False, server_default="0"),
+    Column("terminal_at", BigInteger, nullable=True),  # set by the transition into done/dead/canceled
+    Column("created_at", BigInteger, nullable=False),
+    Index("ix_a2a_tasks_owner", "owner_endpoint_id", "todo_id"),
+    Index("ix_a2a_tasks_terminal", "terminal_at"),
+)
+
+push_notification_configs = Table(
+    "push_notification_configs",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("task_id", String(40), ForeignKey("a2a_tasks.todo_id", ondelete="CASCADE"), nullable=False),
+    Column("config_id", String(64), nullable=False),  # the id A2A clients see, unique per task
+    Column(
+        "owner_endpoint_id", String(40), ForeignKey("endpoints.id", ondelete="CASCADE"), nullable=False
+    ),
+    Column("url_enc", LargeBinary, nullable=False),
+    Column("url_display", Text, nullable=False),
+    Column("host", String(255), nullable=False),
+    Column("token_enc", LargeBinary, nullable=True),
+    Column("auth_scheme", String(64), nullable=True),
+    Column("credentials_enc", LargeBinary, nullable=True),
+    Column("created_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    UniqueConstraint("task_id", "config_id"),
+)
+
+a2a_push_outbox = Table(
+    "a2a_push_outbox",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column(
+        "config_id",
+        String(40),
+        ForeignKey("push_notification_configs.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("task_id", String(40), ForeignKey("a2a_tasks.todo_id", ondelete="CASCADE"), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("msg_id", String(40), nullable=False),  # webhook-id: the same on every attempt
+    Column("body", Text, nullable=False),  # the exact bytes sent (and signed)
+    Column("host", String(255), nullable=False),
+    Column("status", String(10), nullable=False),  # pending | delivered | failed
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("due_at", BigInteger, nullable=False),
+    Column("claim_token", String(40), nullable=True),
+    Column("slot_at", BigInteger, nullable=True),  # a booked per-host rate slot
+    Column("last_status", Integer, nullable=True),
+    Column("last_error", String(40), nullable=True),
+    Column("created_at", BigInteger, nullable=False),
+    Column("finished_at", BigInteger, nullable=True),
+    UniqueConstraint("config_id", "seq"),
+    Index("ix_a2a_push_outbox_due", "status", "due_at"),
+    Index("ix_a2a_push_outbox_head", "config_id", "status", "seq"),
+)
