@@ -2,17 +2,46 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from switchboard.clock import ManualClock
+from switchboard.obs.logs import quiet_noisy_loggers
 from switchboard.obs.metrics import Metrics
 from switchboard.store.db import Database
 from switchboard.store.transitions import TransitionHub
+from tests.support.secrets import REVEALED, SCANNER, leaks
 
 pytest_plugins = ["tests.support.pg_fixtures"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    root = logging.getLogger()
+    root.addHandler(SCANNER)
+    quiet_noisy_loggers()  # exactly as `switchboard serve` configures them
+    if root.level > logging.INFO or root.level == logging.NOTSET:
+        root.setLevel(logging.INFO)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Issue 8: no revealed secret or query-string canary in any log line of the whole run."""
+    found = leaks(SCANNER.lines)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if found:
+        if reporter is not None:
+            reporter.write_line(
+                f"SECRET LEAK: {len(found)} log lines contain a revealed secret or canary:", red=True
+            )
+            for needle, line in found[:20]:
+                reporter.write_line(f"  {needle}: {line}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    elif reporter is not None:
+        reporter.write_line(
+            f"secrecy scan: {len(SCANNER.lines)} log lines checked against {len(REVEALED)} revealed secrets: clean"
+        )
 
 
 @pytest.fixture

@@ -13,6 +13,8 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from tests.support.secrets import harvest
+
 
 @dataclass
 class ToolResult:
@@ -37,6 +39,7 @@ class Agent:
                 data = json.loads(text)
             except ValueError:
                 data = {"text": text}
+        harvest(data)
         return ToolResult(not result.is_error, dict(data))
 
     async def ok(self, verb: str, args: dict[str, Any] | None = None) -> dict[str, Any]:

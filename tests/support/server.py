@@ -19,6 +19,7 @@ from switchboard.app import Component, create_app
 from switchboard.clock import Clock, ManualClock
 from switchboard.services import Services, build_services
 from switchboard.settings import Settings
+from tests.support.secrets import leaks
 
 TEST_CRED_KEY = "00" * 32  # several instances on one database must share the envelope key
 
@@ -93,4 +94,7 @@ async def run_instance(
     try:
         yield instance
     finally:
+        metrics_page = services.metrics.render().decode()
         await instance.stop()
+        leaked = leaks([metrics_page])
+        assert not leaked, f"a revealed secret appears in the metrics page: {leaked[:1]}"

@@ -18,6 +18,7 @@ from switchboard.ingest.verify import mint_path_token, mint_source_secret
 from switchboard.store.accounts import Endpoint
 from switchboard.store.sources import Source
 from switchboard.verbs import DEFAULT_GRANT
+from tests.support.secrets import reveal
 from tests.support.server import Instance
 
 
@@ -52,6 +53,7 @@ async def make_world(
     source = await s.sources.create(human_id, source_slug or f"{slug}-src", kind, trust, secret)
     await s.sources.add_route(source.slug, route_queue, endpoint.slug, None)
     path = f"/in/{source.slug}/{secret}" if trust == "token" else f"/in/{source.slug}"
+    reveal(token, secret)
     return World(human_id, endpoint, token, source, secret, path)
 
 

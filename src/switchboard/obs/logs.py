@@ -91,6 +91,16 @@ def get_logger(name: str) -> BoundLogger:
     return BoundLogger(logging.getLogger(name))
 
 
+# Libraries that log whole request URLs (httpx: "HTTP Request: POST <url>") or SQL parameters at INFO or
+# DEBUG. Token-trust inbound URLs carry their secret in the path, so these stay at WARNING.
+NOISY_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2", "aiosqlite", "asyncpg", "sqlalchemy.engine")
+
+
+def quiet_noisy_loggers() -> None:
+    for name in NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def configure_logging(level: str = "INFO") -> None:
     """JSON lines on stderr for the switchboard loggers and the servers we embed."""
     handler = logging.StreamHandler(sys.stderr)
@@ -98,6 +108,7 @@ def configure_logging(level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    quiet_noisy_loggers()
     # uvicorn's access log prints full request lines, query strings included: keep it off.
     logging.getLogger("uvicorn.access").disabled = True
     for name in ("uvicorn", "uvicorn.error"):
