@@ -515,3 +515,21 @@ async def test_attempt_deadline_bounds_a_slow_lookup(trustme_ca: trustme.CA) -> 
     with pytest.raises(AttemptTimeout) as info:
         await sender.send(f"https://{HOST}/", body=BODY, headers={})
     assert info.value.reason == "dns_timeout"
+
+
+# --- cancellation -------------------------------------------------------------------------
+
+
+async def test_cancelling_an_attempt_propagates_and_closes_the_connection(
+    receiver: HTTPSReceiver, make_sender: Callable[..., Sender]
+) -> None:
+    """A shutdown cancels in-flight attempts: CancelledError comes through unchanged
+    (not an AttemptTimeout or NetworkFailure) and the socket is closed."""
+    receiver.behaviour = HangBeforeHeaders()
+    task = asyncio.create_task(make_sender().send(receiver.url(), body=BODY, headers={}))
+    await receiver.next_request()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    receiver.behaviour = Respond(204)
+    assert (await make_sender().send(receiver.url(), body=BODY, headers={})).status == 204
