@@ -85,6 +85,17 @@ def classify(err: PushError) -> str:
     return "failed"
 
 
+ATTEMPT_RESULTS = frozenset({"2xx", "3xx", "4xx", "5xx", "timeout", "network", "tls", "rejected_ssrf"})
+
+
+def attempt_result(err: PushError) -> str:
+    """The REQ-11 label: the push taxonomy's result, with odd statuses (1xx, 6xx+) folded into 4xx/5xx."""
+    if err.result in ATTEMPT_RESULTS:
+        return err.result
+    status = err.status if isinstance(err, StatusError) else 0
+    return "5xx" if status >= 500 else "4xx"
+
+
 def jittered(delay: float) -> float:
     """About ``delay`` (+-20%), so a burst of failures does not retry in lockstep."""
     return delay * random.uniform(0.8, 1.2)
@@ -312,13 +323,14 @@ class Dispatcher:
     async def _failed_attempt(self, n: Notification, err: PushError, duration: float) -> None:
         status = err.status if isinstance(err, StatusError) else None
         reason = classify(err)
-        self.metrics.notify_attempts.labels(err.result).inc()
+        result = attempt_result(err)
+        self.metrics.notify_attempts.labels(result).inc()
         log.info(
             "notify attempt",
             hook_id=n.hook_id,
             notification_id=n.id,
             attempt=n.attempts,
-            result=err.result,
+            result=result,
             status=status,
             error=reason,
             stage=err.stage,
