@@ -35,6 +35,8 @@ oauth_clients = Table(
     Column("info", Text, nullable=False),
     Column("secret_enc", LargeBinary, nullable=True),
     Column("created_at", BigInteger, nullable=False),
+    # Set when a consent is first exchanged: a registration never used within a day is swept.
+    Column("first_grant_at", BigInteger, nullable=True),
 )
 
 # A code is minted when the human approves the consent screen; exchanging it deletes it (single use).

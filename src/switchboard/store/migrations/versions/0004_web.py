@@ -22,6 +22,7 @@ def upgrade() -> None:
     sa.Column('info', sa.Text(), nullable=False),
     sa.Column('secret_enc', sa.LargeBinary(), nullable=True),
     sa.Column('created_at', sa.BigInteger(), nullable=False),
+    sa.Column('first_grant_at', sa.BigInteger(), nullable=True),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_oauth_clients'))
     )
     op.create_table('web_sessions',
