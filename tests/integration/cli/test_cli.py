@@ -8,6 +8,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -439,3 +440,16 @@ def test_serve_runs_beside_the_cli_and_stops_cleanly_on_sigterm(
     assert entries[-1]["event"] == "switchboard stopped"
     assert token not in err
     assert source["secret"] not in err
+
+
+def test_serve_exits_3_with_a_json_log_when_the_port_is_taken(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = [str(SWITCHBOARD), "serve", "--listen", f"127.0.0.1:{port}", "--data", str(tmp_path)]
+        done = subprocess.run(argv, capture_output=True, text=True, env=clean_env(), timeout=60)
+    assert done.returncode == 3, done.stderr
+    entries = [json.loads(line) for line in done.stderr.splitlines() if line.strip()]
+    assert any(e["level"] == "error" and "address already in use" in e["event"] for e in entries)
+    assert not any(e["event"] == "switchboard listening" for e in entries)
