@@ -184,6 +184,11 @@ class Doorbell:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
+    async def settle(self) -> None:
+        """Wait for the rings already under way (reconnect digests run in their own tasks)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.create_task(self._guarded(coro))
         self._tasks.add(task)

@@ -8,7 +8,7 @@ turn. The ``code`` is the stable part (metrics label it, docs list it); ``messag
 from __future__ import annotations
 
 import json
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent
@@ -20,12 +20,11 @@ ErrorCode = Literal[
     "rate_limited",
     "unavailable",
     "conflict",
+    "ceiling_exceeded",  # SPEC-0024 REQ-1: an endpoint's notify-hook ceiling
     "internal",
 ]
 
-CODES: Final[frozenset[str]] = frozenset(
-    {"forbidden", "not_found", "invalid_argument", "rate_limited", "unavailable", "conflict", "internal"}
-)
+CODES: Final[frozenset[str]] = frozenset(get_args(ErrorCode))
 
 # One message for "unknown id" and "another endpoint's id", so a caller cannot probe for ids it does
 # not own (SPEC-0024 REQ-2).
@@ -55,9 +54,12 @@ def error_result(code: ErrorCode, message: str) -> CallToolResult:
 
 
 def result_code(result: object) -> str:
-    """The code of a wire-form ``tools/call`` result: ``ok``, or the structured error code."""
+    """The code of a ``tools/call`` result, wire form or model: ``ok``, or the structured error code."""
+    if isinstance(result, CallToolResult):
+        result = result.model_dump(by_alias=True)
     if not isinstance(result, dict) or not result.get("isError"):
         return "ok"
     structured = result.get("structuredContent")
     code = structured.get("code") if isinstance(structured, dict) else None
-    return code if isinstance(code, str) and code in CODES else "internal"
+    # Metrics labels stay bounded: a code outside the vocabulary is counted as "other".
+    return code if isinstance(code, str) and code in CODES else "other"

@@ -62,7 +62,7 @@ class Gate:
         label = name if name in ALL_VERBS or name in self.tools.ungated else "unknown"
         verdict = await self._admit(name)
         if isinstance(verdict, CallToolResult):
-            self._count(label, result_code(verdict.model_dump(by_alias=True)))
+            self._count(label, result_code(verdict))
             return verdict
         self._capture(ctx, verdict.id)
         try:

@@ -113,10 +113,13 @@ class StreamWatch:
         state: dict[str, Any] = {"status": None}
 
         async def watching_send(message: Message) -> None:
+            # Act before the client can see the answer, so what it does next finds us up to date.
             if message["type"] == "http.response.start":
                 state["status"] = message["status"]
                 if method == "GET" and message["status"] == 200:
                     self.sessions.stream_opened(sid)
+                elif method == "DELETE" and message["status"] in (200, 202, 204):
+                    self.sessions.forget(sid)
             await send(message)
 
         try:
@@ -124,5 +127,3 @@ class StreamWatch:
         finally:
             if method == "GET" and state["status"] == 200:
                 self.sessions.stream_closed(sid)
-            elif method == "DELETE" and state["status"] in (200, 202, 204):
-                self.sessions.forget(sid)
