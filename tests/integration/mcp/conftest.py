@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from switchboard.clock import ManualClock
+from tests.support.server import Instance, make_settings, run_instance
+
+
+@pytest.fixture
+async def inst(tmp_path: Path, clock: ManualClock) -> AsyncIterator[Instance]:
+    # The heartbeat is driven by hand (doorbell.heartbeat_once) so no test depends on timing.
+    settings = make_settings(tmp_path, doorbell_heartbeat_seconds=3600)
+    async with run_instance(settings, clock=clock) as instance:
+        yield instance
