@@ -85,7 +85,6 @@ a2a_push_outbox = Table(
     Column("attempts", Integer, nullable=False, server_default="0"),
     Column("due_at", BigInteger, nullable=False),
     Column("claim_token", String(40), nullable=True),
-    Column("slot_at", BigInteger, nullable=True),  # a booked per-host rate slot
     Column("last_status", Integer, nullable=True),
     Column("last_error", String(40), nullable=True),
     Column("created_at", BigInteger, nullable=False),

@@ -62,7 +62,6 @@ def upgrade() -> None:
     sa.Column('attempts', sa.Integer(), server_default='0', nullable=False),
     sa.Column('due_at', sa.BigInteger(), nullable=False),
     sa.Column('claim_token', sa.String(length=40), nullable=True),
-    sa.Column('slot_at', sa.BigInteger(), nullable=True),
     sa.Column('last_status', sa.Integer(), nullable=True),
     sa.Column('last_error', sa.String(length=40), nullable=True),
     sa.Column('created_at', sa.BigInteger(), nullable=False),
