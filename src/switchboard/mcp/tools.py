@@ -18,7 +18,7 @@ endpoint's scope, unless it was added with ``grant_required=False``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -45,6 +45,7 @@ __all__ = [
     "current_endpoint",
     "error_result",
     "iso",
+    "not_found",
     "require_queues",
     "todo_view",
 ]
@@ -143,8 +144,5 @@ def todo_view(row: Any, *, payload: bool = True) -> dict[str, Any]:
 
 
 def not_found() -> VerbError:
+    """The one answer for an unknown todo id and for another endpoint's."""
     return VerbError("not_found", TODO_NOT_FOUND)
-
-
-def codes_doc(codes: Sequence[ErrorCode]) -> str:
-    return "Errors: " + ", ".join(codes) + "."
