@@ -111,6 +111,7 @@ async def connect(
     mode: Literal["auto", "legacy"] = "auto",
     bell: Bell | None = None,
     statuses: list[int] | None = None,
+    settle: bool = True,
 ) -> AsyncIterator[Client]:
     async def record(response: httpx2.Response) -> None:
         if statuses is not None:
@@ -123,9 +124,10 @@ async def connect(
         handler = bell.on_message if bell else None
         async with Client(transport, mode=mode, message_handler=handler, read_timeout_seconds=10) as client:
             if bell is not None:
-                # Ready for the doorbell: GET stream open, session registered (any request does it),
-                # and the reconnect check that those two trigger has run.
                 await asyncio.wait_for(bell.stream_open.wait(), 5)
+            if bell is not None and settle:
+                # Ready for the doorbell: GET stream open, session registered (any request does it),
+                # and the reconnect check that those two trigger has run, so it cannot race the test.
                 await client.list_tools()
                 await inst.services.extras["mcp"].doorbell.settle()
             yield client

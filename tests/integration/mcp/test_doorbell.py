@@ -128,7 +128,7 @@ async def test_reconnect_rings_a_digest_when_work_is_waiting(inst: Instance, clo
     await add_todo(inst, a, "waiting")
     clock.advance(42)
     bell = Bell()
-    async with connect(inst, a.token, mode="legacy", bell=bell):
+    async with connect(inst, a.token, mode="legacy", bell=bell, settle=False):
         ring = await bell.next()  # no call needed: the session is known from notifications/initialized
     assert ring["type"] == "todos.pending" and ring["reason"] == "reconnect"
     assert ring["pending"] == 1 and ring["oldest_pending_seconds"] == 42

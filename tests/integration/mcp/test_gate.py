@@ -13,6 +13,7 @@ from sqlalchemy import func, select
 
 from switchboard.clock import ManualClock
 from switchboard.mcp.errors import TODO_NOT_FOUND
+from switchboard.store.errors import StoreUnavailable
 from switchboard.store.schema import todos
 from tests.integration.mcp.helpers import add_todo, call, connect, refuse, sample, vend
 from tests.support.server import Instance, make_settings, run_instance
@@ -57,6 +58,20 @@ async def test_revoked_token_is_refused_at_once(inst: Instance) -> None:
         with pytest.raises(MCPError, match="error response"):  # the SDK's view of the HTTP 401
             await client.call_tool("whoami", {})
     assert 401 in statuses
+
+
+async def test_database_down_at_token_check_is_503_not_401(
+    inst: Instance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = await vend(inst, "agent-a")
+
+    async def down(_token: str) -> None:
+        raise StoreUnavailable("database unavailable")
+
+    monkeypatch.setattr(inst.services.accounts, "endpoint_by_token", down)
+    async with inst.client() as http:
+        r = await http.post("/mcp", json=INIT, headers={**MCP_HEADERS, "Authorization": f"Bearer {a.token}"})
+    assert r.status_code == 503 and r.json()["error"] == "unavailable"
 
 
 async def test_foreign_host_header_is_refused(inst: Instance) -> None:
