@@ -1,30 +1,53 @@
-"""Who is calling: bearer credentials to an endpoint, plus the SDK's auth and Host settings.
+"""Who is calling: a bearer credential or an OAuth access token, each resolved to one endpoint.
 
 The SDK authenticates every HTTP request through :class:`EndpointTokenVerifier` (401 from its
-``RequireAuthMiddleware`` when it answers ``None``). The access token it builds names the endpoint; the
-grant checks re-read the endpoint from the database on every call (see :mod:`switchboard.mcp.gate`),
-so the scopes in the token are informational and a scope shrink takes effect at once.
+``RequireAuthMiddleware`` when it answers ``None``). Both kinds of credential come out in one shape:
+``AccessToken(client_id=<endpoint id>, subject=<slug>, scopes=<verbs>, claims={switchboard_endpoint:
+<endpoint id>, switchboard_via: ...})``. The gate (:mod:`switchboard.mcp.gate`) re-reads the endpoint
+from the database on every call and checks the verb against its scope; :class:`GrantNarrowing` then
+holds an OAuth token to the verbs its human granted, so a verb the token lacks is ``forbidden`` exactly
+as a verb the endpoint lacks.
+
+Other surfaces (A2A) authenticate with :func:`authenticate_bearer`, which applies the same rules.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+import dataclasses
+import time
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
-from mcp.server.auth.settings import AuthSettings
+from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, RevocationOptions
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.transport_security import TransportSecuritySettings
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from switchboard.mcp.errors import error_result
+from switchboard.ratelimit import RateLimiter
 from switchboard.settings import Settings
-from switchboard.store.accounts import AccountStore
+from switchboard.store.accounts import AccountStore, Endpoint
+
+if TYPE_CHECKING:
+    from switchboard.services import Services
 
 ENDPOINT_CLAIM = "switchboard_endpoint"
 VIA_CLAIM = "switchboard_via"
+VIA_CREDENTIAL = "endpoint_credential"
+VIA_OAUTH = "oauth"
+OAUTH_CLIENT_CLAIM = "switchboard_oauth_client"
+GRANT_CLAIM = "switchboard_grant"  # the verbs the human granted the OAuth client
+
+TOKEN_LOOKUPS = "token_lookups"  # services.extras key: extra TokenLookups (the web UI adds OAuth)
+OAUTH_PROVIDER = "oauth_provider"  # services.extras key: an OAuthAuthorizationServerProvider
 
 TokenLookup = Callable[[str], Awaitable[AccessToken | None]]
-"""A second way to recognise a bearer token (an OAuth access token, later). It must return an
-``AccessToken`` whose claims carry ``switchboard_endpoint`` = the endpoint id it acts for."""
+"""A second way to recognise a bearer token (an OAuth access token). It must return an
+``AccessToken`` whose claims carry ``switchboard_endpoint`` = the endpoint id it acts for, and whose
+scopes are the verbs it may call now."""
 
 
 class EndpointTokenVerifier:
@@ -49,13 +72,19 @@ class EndpointTokenVerifier:
                 client_id=endpoint.id,
                 scopes=list(endpoint.verbs),
                 subject=endpoint.slug,
-                claims={ENDPOINT_CLAIM: endpoint.id, VIA_CLAIM: "endpoint_credential"},
+                claims={ENDPOINT_CLAIM: endpoint.id, VIA_CLAIM: VIA_CREDENTIAL},
             )
         for lookup in self._lookups:
             access = await lookup(token)
             if access is not None and endpoint_id_of(access):
                 return access
         return None
+
+
+def verifier_for(services: Services) -> EndpointTokenVerifier:
+    """The verifier for one instance: the endpoint credential plus every lookup components registered
+    in ``services.extras["token_lookups"]`` (the web UI registers the OAuth access-token lookup)."""
+    return EndpointTokenVerifier(services.accounts, services.extras.get(TOKEN_LOOKUPS, ()))
 
 
 def endpoint_id_of(access: AccessToken) -> str | None:
@@ -69,17 +98,124 @@ def caller_endpoint_id() -> str | None:
     return endpoint_id_of(access) if access is not None else None
 
 
+def is_oauth(access: AccessToken) -> bool:
+    return (access.claims or {}).get(VIA_CLAIM) == VIA_OAUTH
+
+
+def effective_verbs(access: AccessToken, endpoint: Endpoint) -> tuple[str, ...]:
+    """The verbs a credential may call now: the endpoint's scope, narrowed to the grant for OAuth."""
+    if not is_oauth(access):
+        return endpoint.verbs
+    granted = (access.claims or {}).get(GRANT_CLAIM)
+    allowed = set(granted) if isinstance(granted, list) else set(access.scopes)
+    return tuple(v for v in endpoint.verbs if v in allowed)
+
+
+async def authenticate_bearer(services: Services, token: str) -> Endpoint | None:
+    """One bearer token (endpoint credential ``sbt_...`` or OAuth access token ``sboa_...``) to the
+    endpoint it acts as, read fresh, with ``verbs`` replaced by its effective scope; None when the
+    token is unknown, revoked or expired. For surfaces outside MCP (A2A): check the verb against the
+    returned ``verbs`` exactly as the MCP gate does. Store errors propagate (answer 503, not 401)."""
+    if not token or len(token) > 200:
+        return None
+    access = await verifier_for(services).verify_token(token)
+    if access is None:
+        return None
+    endpoint_id = endpoint_id_of(access)
+    endpoint = await services.accounts.endpoint(endpoint_id) if endpoint_id else None
+    if endpoint is None:
+        return None
+    if access.expires_at is not None and access.expires_at < int(time.time()):
+        return None
+    return dataclasses.replace(endpoint, verbs=effective_verbs(access, endpoint))
+
+
+class GrantNarrowing:
+    """MCP server middleware, installed inside the gate: an OAuth token may call only the verbs its
+    human granted. The gate has already rate-limited, re-read the endpoint and checked its scope; this
+    adds the grant, answering ``forbidden`` with the gate's own words (and the gate counts it)."""
+
+    def __init__(self, ungated: Collection[str]) -> None:
+        self._ungated = ungated
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        access = get_access_token()
+        if access is None or not is_oauth(access) or ctx.method not in ("tools/call", "tools/list"):
+            return await call_next(ctx)
+        granted = set(access.scopes) | set(self._ungated)
+        if ctx.method == "tools/call":
+            params = ctx.params if isinstance(ctx.params, Mapping) else {}
+            name = params.get("name")
+            if isinstance(name, str) and name not in granted:
+                return error_result("forbidden", f"the verb {name[:64]!r} is not granted to this endpoint")
+            return await call_next(ctx)
+        result = await call_next(ctx)
+        if isinstance(result, dict) and isinstance(result.get("tools"), list):
+            result["tools"] = [t for t in result["tools"] if isinstance(t, dict) and t.get("name") in granted]
+        return result
+
+
+class RegistrationLimit:
+    """Dynamic client registration is unauthenticated by design (RFC 7591): cap it per client address
+    so nobody can fill the clients table. Refusals are the RFC's JSON error shape, with 429."""
+
+    def __init__(self, app: ASGIApp, limiter: RateLimiter) -> None:
+        self.app, self.limiter = app, limiter
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        client = scope.get("client")
+        key = f"register:{client[0] if client else 'unknown'}"
+        if scope["type"] == "http" and scope.get("method") == "POST" and not self.limiter.allow(key):
+            body = b'{"error":"invalid_client_metadata","error_description":"too many registrations; retry later"}'
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 429,
+                    "headers": [(b"content-type", b"application/json"), (b"retry-after", b"60")],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)
+
+
 def issuer_url(settings: Settings) -> str:
-    return settings.public_url or f"http://{settings.listen}"
+    return (settings.public_url or f"http://{settings.listen}").rstrip("/")
 
 
-def auth_settings(settings: Settings) -> AuthSettings:
-    # resource_server_url=None: Switchboard issues its own endpoint credentials, so there is no
-    # protected-resource metadata to advertise yet; validate_token_resource is then meaningless.
+def mcp_resource_url(settings: Settings) -> str:
+    """The MCP endpoint as an RFC 8707 resource (what OAuth tokens are issued for)."""
+    return issuer_url(settings) + "/mcp"
+
+
+def oauth_issuer_problem(settings: Settings) -> str | None:
+    """Why this server cannot act as an OAuth issuer, or None. RFC 8414 wants https; the SDK allows
+    plain http on loopback only (local use and tests)."""
+    parts = urlsplit(issuer_url(settings))
+    if parts.scheme == "https":
+        return None
+    if parts.scheme == "http" and parts.hostname in ("localhost", "127.0.0.1", "::1"):
+        return None
+    return "the issuer must be https (set SWITCHBOARD_PUBLIC_URL=https://...) or a loopback http address"
+
+
+def auth_settings(settings: Settings, *, oauth: bool = False) -> AuthSettings:
+    """Without OAuth there is no protected-resource metadata to advertise. With it, clients discover
+    the authorization server from ``/.well-known/oauth-protected-resource/mcp``; the audience of OAuth
+    tokens is checked when they are issued (``/authorize`` refuses another ``resource``), and endpoint
+    credentials have none, so the SDK's own ``validate_token_resource`` stays off."""
+    if not oauth:
+        return AuthSettings(
+            issuer_url=issuer_url(settings),  # type: ignore[arg-type]  # pydantic parses the str
+            resource_server_url=None,
+            validate_token_resource=False,
+        )
     return AuthSettings(
-        issuer_url=issuer_url(settings),  # type: ignore[arg-type]  # pydantic parses the str
-        resource_server_url=None,
+        issuer_url=issuer_url(settings),  # type: ignore[arg-type]
+        resource_server_url=mcp_resource_url(settings),  # type: ignore[arg-type]
         validate_token_resource=False,
+        client_registration_options=ClientRegistrationOptions(enabled=True),
+        revocation_options=RevocationOptions(enabled=True),
     )
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mcp.server import MCPServer
+from mcp.server.auth.routes import create_auth_routes
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.subscriptions import InMemorySubscriptionBus
@@ -24,7 +25,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from switchboard import __version__
 from switchboard.mcp.account import register_account_verbs
-from switchboard.mcp.auth import EndpointTokenVerifier, auth_settings, transport_security
+from switchboard.mcp.auth import (
+    OAUTH_PROVIDER,
+    EndpointTokenVerifier,
+    GrantNarrowing,
+    RegistrationLimit,
+    auth_settings,
+    transport_security,
+    verifier_for,
+)
 from switchboard.mcp.consumer import register_consumer_verbs
 from switchboard.mcp.doorbell import Doorbell
 from switchboard.mcp.errors import INTERNAL_MESSAGE, UNAVAILABLE_MESSAGE, VerbError, error_result
@@ -174,14 +183,18 @@ def build_mcp(services: Services, *, extra_tools: Sequence[ToolRegistrar] = ()) 
     other components appended to ``services.extras["mcp_tools"]`` before the app was created."""
     settings = services.settings
     bus = InMemorySubscriptionBus()
-    verifier = EndpointTokenVerifier(services.accounts)
+    # Auth: endpoint credentials always; OAuth access tokens too when a component (the web UI) has
+    # registered an authorization-server provider and a token lookup (see switchboard.mcp.auth).
+    provider = services.extras.get(OAUTH_PROVIDER)
+    auth = auth_settings(settings, oauth=provider is not None)
+    verifier = verifier_for(services)
     server = SwitchboardServer(
         "switchboard",
         title="Switchboard",
         instructions=INSTRUCTIONS,
         version=__version__,
         token_verifier=verifier,
-        auth=auth_settings(settings),
+        auth=auth,
         subscriptions=bus,
     )
     doorbell = Doorbell(services, bus)
@@ -195,10 +208,26 @@ def build_mcp(services: Services, *, extra_tools: Sequence[ToolRegistrar] = ()) 
     for register in registrars:
         register(server, tools)
     server.middleware.append(Gate(tools, doorbell, RateLimiter(services.clock, settings.mcp_rate_per_minute)))
+    server.middleware.append(GrantNarrowing(tools.ungated))  # inside the gate: OAuth grants
     sdk_app = server.streamable_http_app(
         max_request_body_size=settings.max_body_bytes,
         transport_security=transport_security(settings),
     )
+    if provider is not None:
+        # The SDK's authorization-server routes (/.well-known/oauth-authorization-server, /authorize,
+        # /token, /register, /revoke), mounted beside the token_verifier the SDK cannot combine them with.
+        auth_routes = create_auth_routes(
+            provider,
+            issuer_url=auth.issuer_url,
+            client_registration_options=auth.client_registration_options,
+            revocation_options=auth.revocation_options,
+        )
+        per_hour = settings.oauth_registrations_per_hour
+        limit = RateLimiter(services.clock, per_hour / 60.0, burst=max(1.0, float(per_hour)))
+        for route in auth_routes:
+            if route.path == "/register":
+                route.app = RegistrationLimit(route.app, limit)
+        sdk_app.router.routes.extend(auth_routes)
     sdk_app.add_exception_handler(Exception, _server_error)
     app = _StoreGuard(StreamWatch(sdk_app, doorbell.sessions))
     return McpSurface(server=server, app=app, doorbell=doorbell, tools=tools, verifier=verifier)
