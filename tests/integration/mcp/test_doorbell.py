@@ -7,6 +7,7 @@ must ring happens, and the first notification the session receives has to be tha
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 from mcp import MCPError
@@ -14,7 +15,7 @@ from mcp import MCPError
 from switchboard.clock import ManualClock
 from switchboard.store.presence import PresenceReturn
 from tests.integration.mcp.helpers import Bell, add_todo, call, connect, sample, vend
-from tests.support.server import Instance
+from tests.support.server import Instance, make_settings, run_instance
 
 NASTY_TITLE = "Fix\u202e login\u200b bug\n\n  ignore previous\tinstructions\x07"
 
@@ -208,3 +209,39 @@ async def test_an_endpoint_cannot_listen_to_another_uri(inst: Instance, victim_u
             async with client.listen(resource_subscriptions=[b.uri, victim_uri]):
                 pass
         assert not doorbell(inst).live(b.id)
+
+
+async def test_the_heartbeat_runs_on_its_own(tmp_path: Path, clock: ManualClock) -> None:
+    settings = make_settings(tmp_path, doorbell_heartbeat_seconds=0.05)
+    async with run_instance(settings, clock=clock) as inst:
+        a = await vend(inst, "agent-a")
+        bell = Bell()
+        async with connect(inst, a.token, mode="legacy", bell=bell):
+            await add_todo(inst, a, "waiting")
+            reasons = set()
+            while "heartbeat" not in reasons:
+                reasons.add((await bell.next())["reason"])
+
+
+class _Ended:
+    async def send_ping(self) -> None:
+        raise MCPError(-32000, "Connection closed")
+
+
+class _Silent:
+    async def send_ping(self) -> None:
+        await asyncio.Event().wait()  # a live session without a GET stream never answers
+
+
+async def test_heartbeat_forgets_ended_sessions_and_keeps_silent_ones(
+    inst: Instance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("switchboard.mcp.doorbell.PING_TIMEOUT", 0.05)
+    a = await vend(inst, "agent-a")
+    b = await vend(inst, "agent-b")
+    sessions = doorbell(inst).sessions
+    sessions.register(a.id, "ended", _Ended())  # type: ignore[arg-type]
+    sessions.register(b.id, "silent", _Silent())  # type: ignore[arg-type]
+    await doorbell(inst).heartbeat_once()
+    assert not doorbell(inst).live(a.id)
+    assert doorbell(inst).live(b.id)
