@@ -39,6 +39,14 @@ class Settings(BaseSettings):
     notify_rate_per_minute: int = 120
     notify_grace_hours: float = 24.0
 
+    # Web UI and MCP OAuth (docs/web.md; docs/configuration.md, "Web UI and OAuth").
+    session_secret: str | None = None  # default: derived from the cred key (HKDF)
+    session_hours: float = 12.0
+    login_attempts_per_minute: int = 10
+    oauth_enabled: bool = True
+    oauth_access_token_seconds: int = 3600
+    oauth_refresh_token_days: float = 30.0
+    oauth_registrations_per_hour: int = 20
 
     @field_validator("listen")
     @classmethod
