@@ -1,0 +1,151 @@
+"""Scenario 1: ingest isolation (SPEC-0024 REQ-7: hook delivery never slows ingest).
+
+Signed Gitea deliveries at a fixed offered rate, one todo each, spread over ``ENDPOINTS`` endpoints (one
+source each). Three variants, each on a fresh server and database, interleaved and repeated so drift on a
+shared machine hits them alike:
+
+* ``none``: no hooks;
+* ``hang``: every endpoint holds 5 hooks (the ceiling) whose receivers accept TCP and never answer;
+* ``closed``: every endpoint holds 5 hooks on closed loopback ports (connection refused).
+
+Reported per variant: inbound latency (from the scheduled send time to the full response, so a slow
+server cannot hide behind a stalled client) p50/p99/max pooled over the repeats, the achieved rate, the
+server's CPU, and what the dispatcher did meanwhile (from /metrics). Ratios are against ``none``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.common import CpuMeter, closed_port, metric, ratio, summarize_ms
+from bench.context import Bench, running
+from bench.procs import ReceiverProc
+from bench.world import build_world
+
+ENDPOINTS = 30
+HOOKS_PER_ENDPOINT = 5
+RATE = 60.0  # deliveries per second offered: well under one core of ingest on this machine
+WARMUP_SECONDS = 2.0
+MEASURE_SECONDS = 15.0
+ORDERS = (("none", "hang", "closed"), ("closed", "hang", "none"))
+
+ESTIMATE = 150.0
+
+
+def _hook_urls(variant: str, ports: list[int]) -> list[list[str]]:
+    if variant == "none":
+        return []
+    return [
+        [f"https://dead{j}.bench.test:{ports[j]}/h/{i}" for j in range(HOOKS_PER_ENDPOINT)]
+        for i in range(ENDPOINTS)
+    ]
+
+
+async def _one_run(b: Bench, variant: str, ports: list[int], tag: str, measure: float) -> dict[str, Any]:
+    name = f"s1-{variant}-{tag}"
+    server = b.server(name, b.settings(name))
+    world = await build_world(server.settings, endpoints=ENDPOINTS, hook_urls=_hook_urls(variant, ports))
+    targets = [s.target() for s in world.own_sources]
+    async with running(server, kill=True):
+        await b.client.run(
+            "ingest",
+            {"port": server.port, "targets": targets, "rate": RATE, "count": int(RATE * WARMUP_SECONDS)},
+        )
+        meter = CpuMeter({"server": server.pid, "client": b.client.pid})
+        meter.start()
+        result = await b.client.run(
+            "ingest",
+            {
+                "port": server.port,
+                "targets": targets,
+                "rate": RATE,
+                "count": int(RATE * measure),
+                "concurrency": 64,
+                "max_seconds": measure + 30,
+            },
+        )
+        cpu = meter.stop()
+        m = await server.metrics()
+    ok = sum(n for status, n in result["statuses"].items() if 200 <= int(status) < 300)
+    return {
+        "variant": variant,
+        "hooks": world.hooks,
+        "latency": result["latency_from_schedule"],
+        "summary": summarize_ms(result["latency_from_schedule"]),
+        "throughput": ok / result["elapsed"] if result["elapsed"] else 0.0,
+        "offered": result["offered"],
+        "ok": ok,
+        "errors": result["errors"],
+        "statuses": result["statuses"],
+        "late_sends": result["late_sends"],
+        "cpu": cpu,
+        "dispatcher": {
+            "attempts": {
+                r: metric(m, "switchboard_notify_hook_attempts_total", result=r)
+                for r in ("2xx", "timeout", "network", "tls", "rejected_ssrf")
+            },
+            "dropped": metric(m, "switchboard_notify_hook_notifications_total", outcome="dropped"),
+            "failed": metric(m, "switchboard_notify_hook_notifications_total", outcome="failed"),
+            "disabled": metric(m, "switchboard_notify_hooks_disabled_total"),
+            "hub_overflow": metric(m, "switchboard_transition_subscriber_errors_total", error="overflow"),
+            "queue_depth": metric(m, "switchboard_notify_hook_queue_depth"),
+        },
+    }
+
+
+async def run(b: Bench) -> dict[str, Any]:
+    measure = 5.0 if b.quick else MEASURE_SECONDS
+    orders = ORDERS[:1] if b.quick else ORDERS
+    hang = await ReceiverProc("hang", ports=HOOKS_PER_ENDPOINT).ready()
+    closed = [closed_port() for _ in range(HOOKS_PER_ENDPOINT)]
+    runs: list[dict[str, Any]] = []
+    try:
+        total = sum(len(o) for o in orders)
+        done = 0
+        for r, order in enumerate(orders):
+            for variant in order:
+                done += 1
+                b.progress.phase(f"s1 ingest isolation: {variant} ({done}/{total})", measure + 8)
+                ports = hang.ports if variant == "hang" else closed
+                runs.append(await _one_run(b, variant, ports, f"r{r}", measure))
+        hang_stats = await hang.stats()
+    finally:
+        await hang.stop()
+
+    variants: dict[str, Any] = {}
+    for variant in ("none", "hang", "closed"):
+        mine = [x for x in runs if x["variant"] == variant]
+        pooled = [v for x in mine for v in x["latency"]]
+        variants[variant] = {
+            "summary": summarize_ms(pooled),
+            "per_run_p99": [x["summary"]["p99"] for x in mine],
+            "per_run_p50": [x["summary"]["p50"] for x in mine],
+            "throughput": sum(x["throughput"] for x in mine) / len(mine),
+            "offered": sum(x["offered"] for x in mine),
+            "ok": sum(x["ok"] for x in mine),
+            "errors": [x["errors"] for x in mine],
+            "late_sends": sum(x["late_sends"] for x in mine),
+            "cpu_server": [x["cpu"]["server"] for x in mine],
+            "cpu_client": [x["cpu"]["client"] for x in mine],
+            "hooks": mine[0]["hooks"],
+            "dispatcher": [x["dispatcher"] for x in mine],
+        }
+    base = variants["none"]["summary"]
+    for variant in ("hang", "closed"):
+        s = variants[variant]["summary"]
+        variants[variant]["ratio_p99"] = ratio(s["p99"], base["p99"])
+        variants[variant]["ratio_p50"] = ratio(s["p50"], base["p50"])
+        variants[variant]["ratio_throughput"] = ratio(
+            variants[variant]["throughput"], variants["none"]["throughput"]
+        )
+    return {
+        "endpoints": ENDPOINTS,
+        "hooks_per_endpoint": HOOKS_PER_ENDPOINT,
+        "rate": RATE,
+        "warmup_seconds": WARMUP_SECONDS,
+        "measure_seconds": measure,
+        "repeats": len(orders),
+        "orders": [list(o) for o in orders],
+        "variants": variants,
+        "hang_receiver": hang_stats,
+    }

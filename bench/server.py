@@ -1,0 +1,109 @@
+"""Bench-only launcher: one Switchboard server in its own process, as ``switchboard serve`` runs it.
+
+``python -m bench.server CONFIG.json`` builds ``Settings`` from the config, then
+``build_services(settings, resolver=..., ssl_context=...)`` + ``create_app`` + uvicorn, exactly like the
+CLI's ``serve`` (same uvicorn options, same JSON logging on stderr), with two bench seams:
+
+* the resolver maps every ``*.bench.test`` name to 127.0.0.1 (a dict lookup: production runs
+  ``getaddrinfo`` in a worker thread per attempt, which this skips);
+* the TLS context trusts the bench's trustme CA (certificate and host-name checks stay on).
+
+It prints ``READY <port>`` on stdout once uvicorn listens. SIGTERM/SIGINT stop it gracefully.
+SIGUSR1 starts the pyinstrument profiler and SIGUSR2 stops it and saves the session to
+``profile_path`` from the config (sampling the event-loop thread, idle time included).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import socket
+import ssl
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import uvicorn
+
+from bench.common import HOST_SUFFIX, LOOPBACK
+from switchboard.app import create_app
+from switchboard.obs import configure_logging
+from switchboard.services import build_services
+from switchboard.settings import Settings
+
+
+async def bench_resolver(host: str, port: int) -> list[str]:
+    if host.endswith(HOST_SUFFIX):
+        return [LOOPBACK]
+    raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+
+class _Profiling:
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self.profiler: Any = None
+
+    def start(self, _sig: int, _frame: FrameType | None) -> None:
+        if self.path is None or self.profiler is not None:
+            return
+        from pyinstrument import Profiler
+
+        self.profiler = Profiler(interval=0.0005, async_mode="disabled")
+        self.profiler.start()
+
+    def stop(self, _sig: int, _frame: FrameType | None) -> None:
+        if self.profiler is None or self.path is None:
+            return
+        session = self.profiler.stop()
+        self.profiler = None
+        session.save(self.path)
+        Path(self.path + ".done").write_text("ok")
+
+
+def main(argv: list[str]) -> int:
+    config = json.loads(Path(argv[0]).read_text())
+    if config.get("patches"):
+        from bench.patches import apply
+
+        apply(config["patches"])  # what-if experiments only (python -m bench.whatif)
+    settings = Settings(**config["settings"])
+    configure_logging(config.get("log_level", "INFO"))
+    logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
+
+    ctx = ssl.create_default_context(cafile=config["ca_pem"])
+    services = build_services(settings, resolver=bench_resolver, ssl_context=ctx)
+    app = create_app(services)
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=sockets)
+            if not self.should_exit:
+                print(f"READY {settings.listen_port}", flush=True)
+
+    server = Server(
+        uvicorn.Config(
+            app,
+            host=settings.listen_host,
+            port=settings.listen_port,
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+        )
+    )
+
+    def stop(_sig: int, _frame: FrameType | None) -> None:
+        server.should_exit = True
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stop)
+    profiling = _Profiling(config.get("profile_path"))
+    signal.signal(signal.SIGUSR1, profiling.start)
+    signal.signal(signal.SIGUSR2, profiling.stop)
+    server.run()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
