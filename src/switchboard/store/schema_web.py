@@ -45,7 +45,11 @@ oauth_codes = Table(
     metadata,
     Column("code_hash", String(64), primary_key=True),
     Column(
-        "client_id", String(64), ForeignKey("oauth_clients.id", ondelete="CASCADE"), nullable=False, index=True
+        "client_id",
+        String(64),
+        ForeignKey("oauth_clients.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
     ),
     Column("human_id", String(40), ForeignKey("humans.id", ondelete="CASCADE"), nullable=False),
     Column("endpoint_id", String(40), ForeignKey("endpoints.id", ondelete="CASCADE"), nullable=False),
@@ -65,7 +69,11 @@ oauth_grants = Table(
     metadata,
     Column("id", String(40), primary_key=True),
     Column(
-        "client_id", String(64), ForeignKey("oauth_clients.id", ondelete="CASCADE"), nullable=False, index=True
+        "client_id",
+        String(64),
+        ForeignKey("oauth_clients.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
     ),
     Column("human_id", String(40), ForeignKey("humans.id", ondelete="CASCADE"), nullable=False),
     Column(

@@ -1,0 +1,160 @@
+"""The web UI as a server component: its routes, the OAuth provider it registers for the MCP surface,
+the first-run setup link, and a sweeper for expired sessions, codes and tokens.
+
+Built before the MCP surface (``create_app`` builds components first), so the provider and its
+access-token lookup are in ``services.extras`` when ``build_mcp`` wires auth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+from starlette.routing import BaseRoute, Mount
+from starlette.staticfiles import StaticFiles
+
+from switchboard.mcp.auth import (
+    OAUTH_PROVIDER,
+    TOKEN_LOOKUPS,
+    auth_settings,
+    mcp_resource_url,
+    oauth_issuer_problem,
+)
+from switchboard.obs.logs import get_logger
+from switchboard.ratelimit import RateLimiter
+from switchboard.services import Services
+from switchboard.settings import Settings
+from switchboard.web.keys import Keys, derive_key
+from switchboard.web.oauth import OAuthProvider
+from switchboard.web.oauth_store import OAuthStore
+from switchboard.web.page import Web, route
+from switchboard.web.render import STATIC, Renderer
+from switchboard.web.security import SecureHeaders
+from switchboard.web.store import WebStore
+from switchboard.web.views import auth, consent, endpoints, instance, sources
+
+log = get_logger("switchboard.web")
+
+SWEEP_SECONDS = 600.0
+
+
+class WebComponent:
+    def __init__(self, services: Services) -> None:
+        s = services.settings
+        self.services = services
+        self.oauth_problem: str | None = None
+        oauth: OAuthProvider | None = None
+        keys = Keys(derive_key(s))
+        if s.oauth_enabled:
+            self.oauth_problem = oauth_issuer_problem(s)
+            if self.oauth_problem is None:
+                store = OAuthStore(
+                    services.db,
+                    services.envelope,
+                    services.clock,
+                    access_seconds=s.oauth_access_token_seconds,
+                    refresh_seconds=s.oauth_refresh_token_days * 86400,
+                )
+                oauth = OAuthProvider(
+                    services, store, keys, issuer=_issuer_string(s), resource=mcp_resource_url(s)
+                )
+                services.extras[OAUTH_PROVIDER] = oauth
+                services.extras.setdefault(TOKEN_LOOKUPS, []).append(oauth.lookup_access_token)
+        per_minute = s.login_attempts_per_minute
+        self.web = Web(
+            services=services,
+            store=WebStore(services.db, services.clock),
+            keys=keys,
+            renderer=Renderer(),
+            login_limiter=RateLimiter(services.clock, per_minute, burst=float(per_minute)),
+            oauth=oauth,
+        )
+        services.extras["web"] = self
+
+    def routes(self) -> Sequence[BaseRoute]:
+        w = self.web
+        post = ("POST",)
+        both = ("GET", "POST")
+        return [
+            route(w, "/", auth.home, signed_in=False),
+            route(w, "/login", auth.login, methods=both, signed_in=False),
+            route(w, "/logout", auth.logout, methods=post, signed_in=False),
+            route(w, "/setup/{token}", auth.setup, methods=both, signed_in=False),
+            route(w, "/endpoints", endpoints.index),
+            route(w, "/vend", endpoints.wizard, methods=both),
+            route(w, "/vend/quick", endpoints.quick_vend, methods=post),
+            route(w, "/endpoints/{slug}", endpoints.card),
+            route(w, "/endpoints/{slug}/presence", endpoints.set_presence, methods=post),
+            route(w, "/endpoints/{slug}/scope", endpoints.set_scope, methods=post),
+            route(w, "/endpoints/{slug}/credential/revoke", endpoints.revoke_credential, methods=post),
+            route(w, "/endpoints/{slug}/credential/revend", endpoints.revend_credential, methods=post),
+            route(w, "/endpoints/{slug}/hooks/{hook_id}/{action}", endpoints.hook_action, methods=post),
+            route(
+                w,
+                "/endpoints/{slug}/connections/{grant_id}/revoke",
+                endpoints.revoke_connection,
+                methods=post,
+            ),
+            route(w, "/sources", sources.index),
+            route(w, "/sources/new", sources.create_source, methods=post),
+            route(w, "/sources/{slug}/quarantine", sources.quarantine, methods=post),
+            route(w, "/routes/new", sources.create_route, methods=post),
+            route(w, "/routes/{route_id}/delete", sources.delete_route, methods=post),
+            route(w, "/instance", instance.instance),
+            route(w, "/oauth/consent", consent.consent, methods=both),
+            Mount(
+                "/static", app=SecureHeaders(StaticFiles(directory=STATIC), force_hsts=w.tls), name="static"
+            ),
+        ]
+
+    @asynccontextmanager
+    async def lifespan(self) -> AsyncIterator[None]:
+        if self.oauth_problem:
+            log.warning("mcp oauth is off", reason=self.oauth_problem)
+        if await self.web.store.human_count() == 0:
+            # First run: a one-time link to create the first (operator) human. Valid until used or
+            # restart; `switchboard human create` is the scripted alternative.
+            self.web.setup_token = secrets.token_urlsafe(24)
+            log.warning(
+                "no account exists yet: open the setup link to create the first (operator) account",
+                setup_url=f"{_browser_base(self.services)}/setup/{self.web.setup_token}",
+            )
+        sweeper = asyncio.create_task(self._sweep(), name="web-sweeper")
+        try:
+            yield
+        finally:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_SECONDS)
+            try:
+                await self.web.store.sweep_sessions()
+                if self.web.oauth is not None:
+                    await self.web.oauth.store.sweep()
+            except Exception:
+                log.error("web sweep failed", exc_info=True)
+
+
+def _issuer_string(settings: Settings) -> str:
+    """The issuer exactly as the SDK's metadata renders it, so RFC 9207 ``iss`` compares equal."""
+    return str(auth_settings(settings, oauth=True).issuer_url)
+
+
+def _browser_base(services: Services) -> str:
+    s = services.settings
+    if s.public_url:
+        return s.public_url.rstrip("/")
+    host = s.listen_host
+    if host in ("0.0.0.0", "::", ""):  # noqa: S104 - a bind-all address is not one a browser can open
+        host = "127.0.0.1"
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{s.listen_port}"
+
+
+__all__ = ["WebComponent"]

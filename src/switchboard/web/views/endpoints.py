@@ -1,0 +1,233 @@
+"""Endpoints: the list, the vend wizard, quick-vend, and the endpoint card with its controls.
+
+Every lookup goes through :func:`own_endpoint`: an endpoint that is not the signed-in human's is
+``NotFound`` before anything is read or changed, for the instance operator too (SPEC-0024 REQ-10).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.responses import Response
+
+from switchboard.notify.component import NotifyComponent
+from switchboard.notify.errors import HookNotFound
+from switchboard.store.accounts import SLUG, Endpoint
+from switchboard.store.errors import Conflict
+from switchboard.verbs import DEFAULT_GRANT
+from switchboard.web.errors import BadRequest, NotFound
+from switchboard.web.grants import grant_groups, parse_queues, parse_verbs
+from switchboard.web.page import Visit
+
+RECENT_TODOS = 25
+
+
+async def own_endpoint(v: Visit) -> Endpoint:
+    slug = str(v.request.path_params.get("slug", ""))
+    if not SLUG.match(slug):
+        raise NotFound()
+    endpoint = await v.web.services.accounts.endpoint_by_slug(slug)
+    if endpoint is None or endpoint.human_id != v.me.id:
+        raise NotFound()
+    return endpoint
+
+
+def notify_of(v: Visit) -> NotifyComponent | None:
+    component = v.web.services.extras.get("notify")
+    return component if isinstance(component, NotifyComponent) and component.enabled else None
+
+
+# -- the list -------------------------------------------------------------------------------------
+
+
+async def index(v: Visit) -> Response:
+    return await _index(v)
+
+
+async def _index(v: Visit, *, status: int = 200, quick: dict[str, Any] | None = None) -> Response:
+    endpoints = await v.web.services.accounts.list_endpoints(v.me.id)
+    ids = [e.id for e in endpoints]
+    todo_counts = await v.web.store.todo_counts(ids)
+    hook_counts = await v.web.store.hook_counts(ids)
+    return v.render(
+        "endpoints.html",
+        status=status,
+        title="Endpoints",
+        nav="endpoints",
+        endpoints=endpoints,
+        todo_counts=todo_counts,
+        hook_counts=hook_counts,
+        quick=quick or {"slug": "", "queues": "inbox", "error": ""},
+        default_groups=grant_groups(DEFAULT_GRANT),
+    )
+
+
+async def quick_vend(v: Visit) -> Response:
+    """Quick-vend: the default grant (consumer verbs only, never an outbound-HTTP verb)."""
+    slug = v.form.get("slug").strip().lower()
+    queues, error = parse_queues(v.form.get("queues"))
+    if not error and not SLUG.match(slug):
+        error = "The slug must be 1-64 lower-case letters, digits or dashes, like ci-runner."
+    if not error:
+        try:
+            endpoint, token = await v.web.services.accounts.vend_endpoint(
+                v.me.id, slug, queues, list(DEFAULT_GRANT)
+            )
+        except (ValueError, Conflict) as exc:
+            error = _vend_error(exc)
+        else:
+            return _reveal_token(v, endpoint, token, "vended")
+    return await _index(v, status=400, quick={"slug": slug, "queues": v.form.get("queues"), "error": error})
+
+
+# -- the wizard -----------------------------------------------------------------------------------
+
+
+async def wizard(v: Visit) -> Response:
+    if v.request.method == "GET":
+        return _wizard(v, slug="", queues="inbox", verbs=list(DEFAULT_GRANT), error="")
+    slug = v.form.get("slug").strip().lower()
+    queues, error = parse_queues(v.form.get("queues"))
+    verbs, verb_error = parse_verbs(v.form.getlist("verbs"))
+    error = error or verb_error
+    if not error and not SLUG.match(slug):
+        error = "The slug must be 1-64 lower-case letters, digits or dashes, like ci-runner."
+    if not error and not verbs:
+        error = "Grant at least one verb."
+    if not error:
+        try:
+            endpoint, token = await v.web.services.accounts.vend_endpoint(v.me.id, slug, queues, verbs)
+        except (ValueError, Conflict) as exc:
+            error = _vend_error(exc)
+        else:
+            return _reveal_token(v, endpoint, token, "vended")
+    return _wizard(v, slug=slug, queues=v.form.get("queues"), verbs=verbs, error=error, status=400)
+
+
+def _wizard(v: Visit, *, slug: str, queues: str, verbs: list[str], error: str, status: int = 200) -> Response:
+    return v.render(
+        "vend.html",
+        status=status,
+        title="Vend an endpoint",
+        nav="endpoints",
+        slug=slug,
+        queues=queues,
+        groups=grant_groups(verbs),
+        error=error,
+    )
+
+
+def _vend_error(exc: Exception) -> str:
+    if isinstance(exc, Conflict):
+        return "An endpoint with that slug exists already. Pick another slug."
+    return str(exc)[:300]
+
+
+def _reveal_token(v: Visit, endpoint: Endpoint, token: str, what: str) -> Response:
+    mcp_url = v.base_url() + "/mcp"
+    return v.render(
+        "token.html",
+        title="Endpoint credential",
+        nav="endpoints",
+        endpoint=endpoint,
+        token=token,
+        what=what,
+        mcp_url=mcp_url,
+    )
+
+
+# -- the card -------------------------------------------------------------------------------------
+
+
+async def card(v: Visit) -> Response:
+    endpoint = await own_endpoint(v)
+    services = v.web.services
+    notify = notify_of(v)
+    hooks = await notify.store.list_for_endpoint(endpoint.id) if notify else []
+    todos = await services.todos.list_for_endpoint(endpoint.id, limit=RECENT_TODOS)
+    grants = await v.web.store.grants_for_endpoint(endpoint.id)
+    counts = (await v.web.store.todo_counts([endpoint.id])).get(endpoint.id, {})
+    return v.render(
+        "endpoint.html",
+        title=endpoint.slug,
+        nav="endpoints",
+        endpoint=endpoint,
+        hooks=hooks,
+        hooks_enabled=notify is not None,
+        hook_ceiling=notify.verbs.ceiling if notify else 0,
+        todos=todos,
+        counts=counts,
+        grants=grants,
+        groups=grant_groups(endpoint.verbs, current_scope=True),
+        queues_text=", ".join(endpoint.queues),
+        mcp_url=v.base_url() + "/mcp",
+        oauth_on=v.web.oauth is not None,
+    )
+
+
+def _back(endpoint: Endpoint, msg: str) -> tuple[str, str]:
+    return f"/endpoints/{endpoint.slug}", msg
+
+
+async def set_presence(v: Visit) -> Response:
+    endpoint = await own_endpoint(v)
+    state = v.form.get("state")
+    if state not in ("in", "out", "clear"):
+        raise BadRequest("Choose in, out or clear. Nothing was changed.")
+    await v.web.services.presence.override(endpoint.id, None if state == "clear" else state)
+    return v.redirect(*_back(endpoint, "presence_cleared" if state == "clear" else "presence_set"))
+
+
+async def set_scope(v: Visit) -> Response:
+    endpoint = await own_endpoint(v)
+    queues, error = parse_queues(v.form.get("queues"))
+    verbs, verb_error = parse_verbs(v.form.getlist("verbs"))
+    error = error or verb_error
+    if error:
+        raise BadRequest(error + " Nothing was changed.")
+    await v.web.services.accounts.set_scope(endpoint.id, verbs=verbs, queues=queues)
+    return v.redirect(*_back(endpoint, "scope_saved"))
+
+
+async def revoke_credential(v: Visit) -> Response:
+    endpoint = await own_endpoint(v)
+    await v.web.services.accounts.revoke_token(endpoint.id)
+    return v.redirect(*_back(endpoint, "credential_revoked"))
+
+
+async def revend_credential(v: Visit) -> Response:
+    endpoint = await own_endpoint(v)
+    token = await v.web.services.accounts.revend_token(endpoint.id)
+    return _reveal_token(v, endpoint, token, "re-vended")
+
+
+async def hook_action(v: Visit) -> Response:
+    """Disable, re-enable or delete one of the endpoint's hooks (SPEC-0024 REQ-10)."""
+    endpoint = await own_endpoint(v)
+    notify = notify_of(v)
+    action = str(v.request.path_params.get("action", ""))
+    hook_id = str(v.request.path_params.get("hook_id", ""))
+    if notify is None or action not in ("disable", "enable", "delete"):
+        raise NotFound()
+    try:
+        await notify.store.get(endpoint.id, hook_id)  # another endpoint's hook is not found alike
+        if action == "delete":
+            await notify.store.delete(endpoint.id, hook_id)
+            return v.redirect(*_back(endpoint, "hook_deleted"))
+    except HookNotFound:
+        raise NotFound("That hook does not exist on this endpoint.") from None
+    moved = await notify.store.set_enabled_by_owner(endpoint.id, hook_id, action == "enable")
+    if action == "disable":
+        if moved:
+            v.web.services.metrics.notify_disabled.labels("operator").inc()
+        return v.redirect(*_back(endpoint, "hook_disabled"))
+    return v.redirect(*_back(endpoint, "hook_enabled"))
+
+
+async def revoke_connection(v: Visit) -> Response:
+    endpoint = await own_endpoint(v)
+    grant_id = str(v.request.path_params.get("grant_id", ""))
+    oauth = v.web.oauth
+    if oauth is None or not await oauth.store.revoke_grant_of_endpoint(grant_id, endpoint.id):
+        raise NotFound("That connection does not exist on this endpoint.")
+    return v.redirect(*_back(endpoint, "connection_revoked"))

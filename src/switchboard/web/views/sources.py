@@ -1,0 +1,150 @@
+"""Sources (SPEC-0003) and routes (SPEC-0006): register, quarantine, route to queues and endpoints.
+
+A route is managed by the human who owns its source, and may only target that human's endpoints.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.responses import Response
+
+from switchboard.ingest.verify import mint_path_token, mint_source_secret
+from switchboard.store.accounts import QUEUE, SLUG
+from switchboard.store.errors import Conflict
+from switchboard.store.errors import NotFound as StoreNotFound
+from switchboard.store.sources import KINDS, TRUSTS, Source
+from switchboard.web.errors import NotFound
+from switchboard.web.page import Visit
+
+KIND_LABELS = {
+    "gitea": "Gitea (X-Gitea-Signature)",
+    "github": "GitHub (X-Hub-Signature-256)",
+    "standard": "Standard Webhooks (webhook-signature)",
+    "generic": "Generic (token URL or unsigned)",
+}
+TRUST_LABELS = {
+    "signature": "Signature (verify the HMAC header)",
+    "token": "Token (secret URL path)",
+    "none": "None (accept, mark unverified)",
+}
+
+
+async def _own_source(v: Visit) -> Source:
+    slug = str(v.request.path_params.get("slug", ""))
+    if SLUG.match(slug):
+        for source in await v.web.services.sources.list_sources(v.me.id):
+            if source.slug == slug:
+                return source
+    raise NotFound()
+
+
+async def index(v: Visit) -> Response:
+    return await _index(v)
+
+
+async def _index(
+    v: Visit,
+    *,
+    status: int = 200,
+    source_form: dict[str, Any] | None = None,
+    route_form: dict[str, Any] | None = None,
+) -> Response:
+    services = v.web.services
+    sources = await services.sources.list_sources(v.me.id)
+    routes = await services.sources.list_routes(v.me.id)
+    endpoints = await services.accounts.list_endpoints(v.me.id)
+    return v.render(
+        "sources.html",
+        status=status,
+        title="Sources & routes",
+        nav="sources",
+        sources=sources,
+        routes=routes,
+        endpoints=endpoints,
+        endpoint_queues={e.slug: e.queues for e in endpoints},
+        kinds=[(k, KIND_LABELS[k]) for k in KINDS],
+        trusts=[(t, TRUST_LABELS[t]) for t in TRUSTS],
+        base_url=v.base_url(),
+        source_form=source_form or {"slug": "", "kind": "gitea", "trust": "signature", "error": ""},
+        route_form=route_form or {"source": "", "kind": "", "queue": "", "endpoint": "", "error": ""},
+    )
+
+
+async def create_source(v: Visit) -> Response:
+    slug = v.form.get("slug").strip().lower()
+    kind, trust = v.form.get("kind"), v.form.get("trust")
+    form = {"slug": slug, "kind": kind, "trust": trust, "error": ""}
+    if not SLUG.match(slug):
+        form["error"] = "The slug must be 1-64 lower-case letters, digits or dashes, like gitea-main."
+    elif kind not in KINDS or trust not in TRUSTS:
+        form["error"] = "Pick a kind and a trust mode from the lists."
+    if form["error"]:
+        return await _index(v, status=400, source_form=form)
+    # A token-trust source is authenticated by its URL path, so its secret is the path token.
+    secret = mint_path_token() if trust == "token" else mint_source_secret(kind)
+    try:
+        source = await v.web.services.sources.create(v.me.id, slug, kind, trust, secret)
+    except (ValueError, Conflict) as exc:
+        form["error"] = (
+            "A source with that slug exists already." if isinstance(exc, Conflict) else str(exc)[:300]
+        )
+        return await _index(v, status=400, source_form=form)
+    path = f"/in/{source.slug}/{secret}" if trust == "token" else f"/in/{source.slug}"
+    return v.render(
+        "source_created.html",
+        title="Source registered",
+        nav="sources",
+        source=source,
+        secret=secret,
+        inbound_url=v.base_url() + path,
+        kind_label=KIND_LABELS[kind],
+    )
+
+
+async def quarantine(v: Visit) -> Response:
+    source = await _own_source(v)
+    on = v.form.get("quarantined") == "on"
+    await v.web.services.sources.set_quarantine(source.id, on)
+    return v.redirect("/sources", "quarantine_on" if on else "quarantine_off")
+
+
+async def create_route(v: Visit) -> Response:
+    services = v.web.services
+    form = {
+        "source": v.form.get("source"),
+        "kind": v.form.get("kind").strip(),
+        "queue": v.form.get("queue").strip().lower(),
+        "endpoint": v.form.get("endpoint"),
+        "error": "",
+    }
+    own_sources = {s.slug for s in await services.sources.list_sources(v.me.id)}
+    own_endpoints = {e.slug: e for e in await services.accounts.list_endpoints(v.me.id)}
+    if form["source"] not in own_sources:
+        form["error"] = "Pick one of your sources."
+    elif form["endpoint"] not in own_endpoints:
+        form["error"] = "Pick one of your endpoints."
+    elif not QUEUE.match(form["queue"]):
+        form["error"] = "The queue must be lower-case letters, digits, '.', '_' or '-' (up to 64)."
+    elif len(form["kind"]) > 100:
+        form["error"] = "The event kind is at most 100 characters."
+    if not form["error"]:
+        try:
+            await services.sources.add_route(
+                form["source"], form["queue"], form["endpoint"], form["kind"] or None
+            )
+        except Conflict:
+            form["error"] = "That route exists already."
+        except (ValueError, StoreNotFound) as exc:
+            form["error"] = str(exc)[:300]
+    if form["error"]:
+        return await _index(v, status=400, route_form=form)
+    return v.redirect("/sources", "route_added")
+
+
+async def delete_route(v: Visit) -> Response:
+    route_id = str(v.request.path_params.get("route_id", ""))
+    if not await v.web.store.route_for_human(route_id, v.me.id):
+        raise NotFound()
+    await v.web.services.sources.delete_route(route_id)
+    return v.redirect("/sources", "route_deleted")
