@@ -32,8 +32,9 @@ class Component(Protocol):
 
 def default_components(services: Services) -> list[Component]:
     from switchboard.notify.component import NotifyComponent
+    from switchboard.web.component import WebComponent
 
-    return [NotifyComponent(services)]
+    return [NotifyComponent(services), WebComponent(services)]
 
 
 def create_app(services: Services, *, components: Sequence[Component] | None = None) -> Starlette:
