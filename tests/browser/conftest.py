@@ -1,0 +1,85 @@
+"""Real headless Chromium (Debian's ``chromium`` package, which scripts/test installs when missing),
+driven by Playwright's async API. One server and one browser per test module; one fresh browser
+context (cookies, storage) per test. Playwright never downloads a browser here."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from switchboard.clock import ManualClock
+from tests.support.server import Instance, make_settings, run_instance
+
+CHROMIUM = os.environ.get("SWITCHBOARD_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+# Screenshots land in docs/screenshots/ only when asked (SWITCHBOARD_SCREENSHOTS=1), so an ordinary test
+# run leaves the working tree clean; otherwise they still get taken, into a scratch folder.
+SCREENSHOTS = (
+    Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+    if os.environ.get("SWITCHBOARD_SCREENSHOTS")
+    else Path(tempfile.gettempdir()) / "switchboard-screenshots"
+)
+
+playwright_api = pytest.importorskip(
+    "playwright.async_api", reason="the playwright package is in the test extras"
+)
+
+if not (Path(CHROMIUM).exists() or shutil.which("chromium")):
+    pytest.skip(
+        f"no Chromium at {CHROMIUM}: scripts/test installs Debian's chromium", allow_module_level=True
+    )
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Instance]:
+    settings = make_settings(tmp_path_factory.mktemp("browser"))
+    async with run_instance(settings, clock=ManualClock(time.time())) as inst:
+        yield inst
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def browser() -> AsyncIterator[Any]:
+    async with playwright_api.async_playwright() as pw:
+        # launch() gives every run a fresh temporary user-data-dir.
+        chromium = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            await chromium.close()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def page(browser: Any) -> AsyncIterator[Any]:
+    context = await browser.new_context(
+        viewport={"width": 1280, "height": 860}, timezone_id="Europe/Berlin", locale="en-GB"
+    )
+    context.set_default_timeout(10_000)
+    tab = await context.new_page()
+    tab.on("dialog", lambda dialog: dialog.accept())  # the UI confirms destructive actions
+    try:
+        yield tab
+    finally:
+        await context.close()
+
+
+async def shoot(page: Any, name: str) -> None:
+    """Save a full-page screenshot of the current page under docs/screenshots/."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    await page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
