@@ -20,6 +20,7 @@ _URL_QUERY = re.compile(r"(https?://[^\s?#\"']*)\?[^\s#\"']*", re.I)
 _SIGNATURE_VALUE = re.compile(r"v1,[A-Za-z0-9+/=]{20,}")
 _WHSEC = re.compile(r"whsec_[A-Za-z0-9+/=]+")
 _BEARER = re.compile(r"(?i)bearer\s+[A-Za-z0-9._~+/=-]+")
+_OWN_TOKENS = re.compile(r"\b(sbt|sboa|sbor|sboc)_[A-Za-z0-9_-]{8,}")
 
 
 def scrub(value: str) -> str:
@@ -27,6 +28,7 @@ def scrub(value: str) -> str:
     value = _URL_QUERY.sub(r"\1?[redacted]", value)
     value = _SIGNATURE_VALUE.sub("v1,[redacted]", value)
     value = _WHSEC.sub("whsec_[redacted]", value)
+    value = _OWN_TOKENS.sub(r"\1_[redacted]", value)
     return _BEARER.sub("Bearer [redacted]", value)
 
 

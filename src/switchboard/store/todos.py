@@ -102,6 +102,17 @@ class TodoStore:
             instance_id=self.hub.instance_id,
         )
 
+    @staticmethod
+    def _live_lease(endpoint_id: str, todo: str, now: float) -> Any:
+        """Heartbeat, ack and fail need a lease that has not run out: once it has, the reaper may hand
+        the todo to another worker, and a late ack must not finish someone else's claim."""
+        return and_(
+            todos.c.id == todo,
+            todos.c.endpoint_id == endpoint_id,
+            todos.c.status == "claimed",
+            todos.c.lease_expires_at >= ms(now),
+        )
+
     async def _commit(self, conn: AsyncConnection, transitions: list[Transition]) -> None:
         if transitions:
             await self.hub.run_in_transaction(conn, transitions)
@@ -219,7 +230,7 @@ class TodoStore:
         now = self.clock.now()
         stmt = (
             update(todos)
-            .where(todos.c.id == todo, todos.c.endpoint_id == endpoint_id, todos.c.status == "claimed")
+            .where(self._live_lease(endpoint_id, todo, now))
             .values(lease_expires_at=ms(now + lease_seconds), updated_at=ms(now))
             .returning(*todos.c)
         )
@@ -230,7 +241,7 @@ class TodoStore:
         now = self.clock.now()
         stmt = (
             update(todos)
-            .where(todos.c.id == todo, todos.c.endpoint_id == endpoint_id, todos.c.status == "claimed")
+            .where(self._live_lease(endpoint_id, todo, now))
             .values(
                 status="done",
                 lease_expires_at=None,
@@ -244,7 +255,7 @@ class TodoStore:
     async def fail(self, endpoint_id: str, todo: str, error: str, *, retry: bool) -> Row[Any] | None:
         """ADR-0007: back to ``failed`` with a due time, or ``dead`` when out of attempts or told not to retry."""
         now = self.clock.now()
-        owned = and_(todos.c.id == todo, todos.c.endpoint_id == endpoint_id, todos.c.status == "claimed")
+        owned = self._live_lease(endpoint_id, todo, now)
         async with self.db.begin() as conn:
             current = (await conn.execute(select(todos.c.attempt).where(owned))).first()
             if current is None:

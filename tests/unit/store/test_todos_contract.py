@@ -237,3 +237,18 @@ async def test_list_and_pending_summary(store: Any, clock: ManualClock) -> None:
     count, queues, oldest = await store.pending_summary(store.ep_a, ["inbox", "reviews"])
     assert count == 2 and queues == ["inbox", "reviews"] and oldest is not None
     assert await store.list_for_endpoint(store.ep_b) == []
+
+
+async def test_expired_lease_cannot_heartbeat_ack_or_fail(store: Any, clock: ManualClock) -> None:
+    """A late worker must not finish a claim the reaper may already have handed to someone else."""
+    tid = (await store.create([todo(store)])).created[0]
+    await store.claim_next(store.ep_a, ["inbox"], 10)
+    clock.advance(11)
+    assert await store.heartbeat(store.ep_a, tid, 60) is None
+    assert await store.ack(store.ep_a, tid, {"late": True}) is None
+    assert await store.fail(store.ep_a, tid, "late", retry=True) is None
+    moved = await store.requeue_expired_leases()
+    assert [t.todo_id for t in moved] == [tid]
+    fresh = await store.claim_next(store.ep_a, ["inbox"], 10)
+    assert fresh.attempt == 2
+    assert (await store.ack(store.ep_a, tid, {"ok": True})).status == "done"
