@@ -46,6 +46,10 @@ if not (Path(CHROMIUM).exists() or shutil.which("chromium")):
         f"no Chromium at {CHROMIUM}: scripts/test installs Debian's chromium", allow_module_level=True
     )
 
+# Generous ceilings, not waits: every wait is for a condition, and a loaded CI machine may be slow.
+TIMEOUT_MS = 20_000
+playwright_api.expect.set_options(timeout=TIMEOUT_MS)
+
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Instance]:
@@ -70,7 +74,7 @@ async def page(browser: Any) -> AsyncIterator[Any]:
     context = await browser.new_context(
         viewport={"width": 1280, "height": 860}, timezone_id="Europe/Berlin", locale="en-GB"
     )
-    context.set_default_timeout(10_000)
+    context.set_default_timeout(TIMEOUT_MS)
     tab = await context.new_page()
     tab.on("dialog", lambda dialog: dialog.accept())  # the UI confirms destructive actions
     try:
