@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
@@ -28,6 +29,13 @@ TOKEN_PREFIX = "sbt_"
 _hasher = PasswordHasher()
 # A valid hash to verify against when the email is unknown, so timing does not reveal which part was wrong.
 _DUMMY_HASH = _hasher.hash("switchboard-dummy-password")
+
+
+def _verify(stored: str, password: str) -> bool:
+    try:
+        return bool(_hasher.verify(stored, password))
+    except (VerificationError, InvalidHashError):
+        return False
 
 
 def hash_token(token: str) -> str:
@@ -90,7 +98,7 @@ class AccountStore:
                 insert(humans).values(
                     id=hid,
                     email=email,
-                    password_hash=_hasher.hash(password),
+                    password_hash=await asyncio.to_thread(_hasher.hash, password),
                     is_operator=operator,
                     created_at=ms(self.clock.now()),
                 )
@@ -111,12 +119,11 @@ class AccountStore:
             return list((await conn.execute(select(humans).order_by(humans.c.created_at))).all())
 
     async def check_password(self, email: str, password: str) -> Row[Any] | None:
+        """argon2 is deliberately slow (~100 ms): it runs in a worker thread, never on the event loop."""
         row = await self.human_by_email(email)
-        try:
-            _hasher.verify(row.password_hash if row else _DUMMY_HASH, password)
-        except (VerificationError, InvalidHashError):
-            return None
-        return row
+        stored = row.password_hash if row else _DUMMY_HASH
+        ok = await asyncio.to_thread(_verify, stored, password)
+        return row if ok and row is not None else None
 
     # -- endpoints ---------------------------------------------------------------------------------
 
