@@ -39,6 +39,21 @@ class Settings(BaseSettings):
     notify_rate_per_minute: int = 120
     notify_grace_hours: float = 24.0
 
+    # A2A task surface and push notifications (docs/a2a.md; docs/configuration.md, "A2A").
+    a2a_rate_per_minute: int = 600
+    a2a_push_enabled: bool = True
+    a2a_push_allow_cidrs: str = ""
+    a2a_push_configs_per_task: int = 5
+    a2a_push_workers: int = 8
+    a2a_push_host_inflight: int = 4
+    a2a_push_host_rate_per_minute: float = 120.0
+    a2a_push_host_burst: int = 20
+    a2a_push_max_attempts: int = 10
+    a2a_push_retry_base_seconds: float = 30.0
+    a2a_push_retry_cap_seconds: float = 3600.0
+    a2a_push_poll_seconds: float = 2.0
+    a2a_push_retention_hours: float = 24.0
+
     # Web UI and MCP OAuth (docs/web.md; docs/configuration.md, "Web UI and OAuth").
     session_secret: str | None = None  # default: derived from the cred key (HKDF)
     session_hours: float = 12.0

@@ -73,6 +73,40 @@ class Metrics:
             "Notifications waiting in this instance's queue.",
             registry=r,
         )
+        # A2A push notifications (docs/a2a.md).
+        self.a2a_push_deliveries = Counter(
+            "switchboard_a2a_push_deliveries_total",
+            "A2A push deliveries by final outcome (delivered, failed, exhausted).",
+            ["outcome"],
+            registry=r,
+        )
+        self.a2a_push_attempts = Counter(
+            "switchboard_a2a_push_attempts_total",
+            "A2A push delivery attempts by result.",
+            ["result"],
+            registry=r,
+        )
+        self.a2a_push_deferred = Counter(
+            "switchboard_a2a_push_deferred_total",
+            "A2A push deliveries made to wait by the per-destination-host rate limit.",
+            registry=r,
+        )
+        self.a2a_push_outbox_depth = Gauge(
+            "switchboard_a2a_push_outbox_depth",
+            "Undelivered rows in the A2A push outbox (every instance's), as of this instance's last poll.",
+            registry=r,
+        )
+        self.a2a_push_oldest_undelivered_seconds = Gauge(
+            "switchboard_a2a_push_oldest_undelivered_seconds",
+            "Age of the oldest undelivered A2A push delivery, as of this instance's last poll.",
+            registry=r,
+        )
+        self.a2a_calls = Counter(
+            "switchboard_a2a_calls_total",
+            "A2A JSON-RPC calls by method and result code.",
+            ["method", "code"],
+            registry=r,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
