@@ -1,0 +1,311 @@
+"""Push notification configs: input validation and ``push_notification_configs`` SQL, in one place.
+
+* The URL passes the SSRF guard before anything is stored (and again before every delivery attempt).
+* URL, token and credentials are sealed by the cred envelope, bound to the row id and field; what is
+  read back for the API is redacted (docs/a2a.md, "What Get and List return").
+* The per-task ceiling is enforced in the inserting transaction, after locking the task row.
+* ``authentication.scheme = StandardWebhooks`` asks for Standard Webhooks signing: the credentials are a
+  ``whsec_`` secret, minted here when the caller sends none, and shown once, in the create result.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Final
+
+from sqlalchemy import Row, and_, delete, exists, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from switchboard.a2a.errors import ConfigRefused
+from switchboard.a2a.tasks import lock_owned
+from switchboard.clock import Clock, ms
+from switchboard.cred import Envelope
+from switchboard.ids import new_id
+from switchboard.push import TargetRejected, Validator, mint_secret, sign
+from switchboard.store.db import Database
+from switchboard.store.schema_a2a import a2a_push_outbox, a2a_tasks, push_notification_configs
+
+SIGNING_SCHEME: Final = "StandardWebhooks"
+MAX_TOKEN = 1024
+MAX_CREDENTIALS = 4096
+_CONFIG_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
+_SCHEME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,64}")  # an RFC 9110 token
+_HEADER_SAFE = re.compile(r"[\x20-\x7e]+")  # printable ASCII: nothing that can split a header
+
+cfg = push_notification_configs
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigInput:
+    """A validated config, ready to store. Holds secrets: never log or repr it."""
+
+    config_id: str
+    url: str
+    url_display: str
+    host: str
+    token: str | None
+    scheme: str | None
+    credentials: str | None
+    minted: bool  # credentials are a signing secret minted here (reveal once)
+
+    def __repr__(self) -> str:
+        return f"ConfigInput(config_id={self.config_id!r}, url={self.url_display!r})"
+
+    @property
+    def signing(self) -> bool:
+        return self.scheme == SIGNING_SCHEME
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigView:
+    """A stored config as the API shows it: URL query, token and credentials redacted."""
+
+    config_id: str
+    task_id: str
+    url_display: str
+    has_token: bool
+    scheme: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SendableConfig:
+    """What one delivery attempt needs, read fresh right before it starts. Holds secrets."""
+
+    row_id: str
+    url: str
+    token: str | None
+    scheme: str | None
+    credentials: str | None
+
+    def __repr__(self) -> str:
+        return f"SendableConfig(row_id={self.row_id!r})"
+
+
+def _text(value: str, field: str, limit: int) -> str:
+    if len(value) > limit or not _HEADER_SAFE.fullmatch(value):
+        raise ConfigRefused(
+            f"{field} must be 1-{limit} printable ASCII characters (it is sent in an HTTP header)",
+            reason="invalid_field",
+        )
+    return value
+
+
+async def parse_config(
+    validator: Validator,
+    *,
+    config_id: str,
+    url: str,
+    token: str,
+    scheme: str | None,
+    credentials: str,
+    allow_mint: bool = True,
+) -> ConfigInput:
+    """Validate what the caller sent (proto strings: empty means absent). Raises ConfigRefused with a
+    message that names the field and the reason, never the value."""
+    if config_id and not _CONFIG_ID.fullmatch(config_id):
+        raise ConfigRefused(
+            "id must be 1-64 characters: letters, digits, '.', '_', ':' or '-'", reason="invalid_field"
+        )
+    if not url:
+        raise ConfigRefused("url is required", reason="invalid_field")
+    try:
+        target = await validator.check(url)
+    except TargetRejected as err:
+        raise ConfigRefused(f"url refused: {err}", reason="rejected_ssrf") from None
+    minted = False
+    if scheme is not None:
+        if not _SCHEME.fullmatch(scheme):
+            raise ConfigRefused(
+                "authentication.scheme must be an HTTP auth scheme name", reason="invalid_field"
+            )
+        if scheme.lower() == SIGNING_SCHEME.lower():
+            scheme = SIGNING_SCHEME
+            if credentials:
+                try:
+                    sign([credentials], "msg_check", 0, b"")
+                except ValueError:
+                    raise ConfigRefused(
+                        "authentication.credentials for StandardWebhooks must be a whsec_ secret of 32 "
+                        "base64-encoded bytes, or empty to have one minted",
+                        reason="invalid_field",
+                    ) from None
+            elif allow_mint:
+                credentials, minted = mint_secret(), True
+            else:
+                raise ConfigRefused(
+                    "an inline StandardWebhooks config must bring its whsec_ secret; or leave credentials "
+                    "empty in CreateTaskPushNotificationConfig to have one minted",
+                    reason="invalid_field",
+                )
+        elif not credentials:
+            raise ConfigRefused(
+                "authentication.credentials is required for this scheme", reason="invalid_field"
+            )
+        else:
+            credentials = _text(credentials, "authentication.credentials", MAX_CREDENTIALS)
+    elif credentials:
+        raise ConfigRefused("authentication.credentials needs authentication.scheme", reason="invalid_field")
+    return ConfigInput(
+        config_id=config_id or new_id("pnc"),
+        url=url,
+        url_display=target.redacted,
+        host=target.host,
+        token=_text(token, "token", MAX_TOKEN) if token else None,
+        scheme=scheme,
+        credentials=credentials or None,
+        minted=minted,
+    )
+
+
+def _aad(row_id: str, field: str) -> str:
+    return f"push_notification_configs:{row_id}:{field}"
+
+
+def _view(row: Row[Any]) -> ConfigView:
+    return ConfigView(row.config_id, row.task_id, row.url_display, row.token_enc is not None, row.auth_scheme)
+
+
+class ConfigStore:
+    def __init__(self, db: Database, envelope: Envelope, clock: Clock) -> None:
+        self.db, self.envelope, self.clock = db, envelope, clock
+
+    def _sealed(self, row_id: str, item: ConfigInput) -> dict[str, Any]:
+        def seal(value: str | None, field: str) -> bytes | None:
+            return None if value is None else self.envelope.seal(value, _aad(row_id, field))
+
+        return {
+            "url_enc": seal(item.url, "url"),
+            "url_display": item.url_display,
+            "host": item.host,
+            "token_enc": seal(item.token, "token"),
+            "auth_scheme": item.scheme,
+            "credentials_enc": seal(item.credentials, "credentials"),
+        }
+
+    async def insert_in(
+        self, conn: AsyncConnection, owner_endpoint_id: str, task_id: str, item: ConfigInput
+    ) -> None:
+        """Insert inside a caller's transaction (the inline config of SendMessage)."""
+        row_id = new_id("pc")
+        now = ms(self.clock.now())
+        await conn.execute(
+            insert(cfg).values(
+                id=row_id,
+                task_id=task_id,
+                config_id=item.config_id,
+                owner_endpoint_id=owner_endpoint_id,
+                created_at=now,
+                updated_at=now,
+                **self._sealed(row_id, item),
+            )
+        )
+
+    async def upsert(
+        self, owner_endpoint_id: str, task_id: str, item: ConfigInput, ceiling: int
+    ) -> ConfigView | None:
+        """Create, or replace the config with the same id. ``None``: the task is not the caller's."""
+        now = ms(self.clock.now())
+        async with self.db.begin() as conn:
+            if not await lock_owned(conn, owner_endpoint_id, task_id):
+                return None
+            existing = (
+                await conn.execute(
+                    select(cfg.c.id).where(cfg.c.task_id == task_id, cfg.c.config_id == item.config_id)
+                )
+            ).first()
+            if existing is not None:
+                await conn.execute(
+                    update(cfg)
+                    .where(cfg.c.id == existing.id)
+                    .values(updated_at=now, **self._sealed(existing.id, item))
+                )
+            else:
+                used = (
+                    await conn.execute(select(func.count()).select_from(cfg).where(cfg.c.task_id == task_id))
+                ).scalar_one()
+                if used >= ceiling:
+                    raise ConfigRefused(
+                        f"this task already has the maximum of {ceiling} push notification configs",
+                        reason="ceiling_exceeded",
+                    )
+                await self.insert_in(conn, owner_endpoint_id, task_id, item)
+            row = (
+                await conn.execute(
+                    select(cfg).where(cfg.c.task_id == task_id, cfg.c.config_id == item.config_id)
+                )
+            ).one()
+        return _view(row)
+
+    async def get(self, owner_endpoint_id: str, task_id: str, config_id: str) -> ConfigView | None:
+        stmt = select(cfg).where(
+            cfg.c.task_id == task_id,
+            cfg.c.config_id == config_id,
+            cfg.c.owner_endpoint_id == owner_endpoint_id,
+        )
+        async with self.db.read() as conn:
+            row = (await conn.execute(stmt)).first()
+        return None if row is None else _view(row)
+
+    async def list_for_task(self, owner_endpoint_id: str, task_id: str) -> list[ConfigView]:
+        stmt = (
+            select(cfg)
+            .where(cfg.c.task_id == task_id, cfg.c.owner_endpoint_id == owner_endpoint_id)
+            .order_by(cfg.c.created_at, cfg.c.id)
+        )
+        async with self.db.read() as conn:
+            return [_view(r) for r in (await conn.execute(stmt)).all()]
+
+    async def delete(self, owner_endpoint_id: str, task_id: str, config_id: str) -> bool:
+        """Idempotent. Its pending deliveries go with it (ON DELETE CASCADE), and an attempt already
+        claimed re-reads the config first (:meth:`sendable`), so nothing is sent after this returns
+        except an attempt whose request was already on the wire."""
+        stmt = delete(cfg).where(
+            cfg.c.task_id == task_id,
+            cfg.c.config_id == config_id,
+            cfg.c.owner_endpoint_id == owner_endpoint_id,
+        )
+        async with self.db.begin() as conn:
+            return bool((await conn.execute(stmt)).rowcount)
+
+    # -- delivery ---------------------------------------------------------------------------------
+
+    async def targets_in(self, conn: AsyncConnection, task_id: str) -> list[tuple[str, str]]:
+        """(row id, host) of every config of a task, inside the transition's transaction."""
+        stmt = select(cfg.c.id, cfg.c.host).where(cfg.c.task_id == task_id).order_by(cfg.c.id)
+        return [(r.id, r.host) for r in (await conn.execute(stmt)).all()]
+
+    async def sendable(self, row_id: str) -> SendableConfig | None:
+        stmt = select(cfg.c.url_enc, cfg.c.token_enc, cfg.c.auth_scheme, cfg.c.credentials_enc).where(
+            cfg.c.id == row_id
+        )
+        async with self.db.read() as conn:
+            row = (await conn.execute(stmt)).first()
+        if row is None:
+            return None
+
+        def open_(blob: bytes | None, field: str) -> str | None:
+            return None if blob is None else self.envelope.open(blob, _aad(row_id, field))
+
+        url = open_(row.url_enc, "url")
+        assert url is not None
+        return SendableConfig(
+            row_id,
+            url,
+            open_(row.token_enc, "token"),
+            row.auth_scheme,
+            open_(row.credentials_enc, "credentials"),
+        )
+
+    async def purge_finished(self, before_ms: int) -> int:
+        """Lifecycle: configs of tasks that reached a terminal state before ``before_ms`` and have no
+        delivery left pending. Their outbox rows go with them."""
+        done_task = select(a2a_tasks.c.todo_id).where(
+            a2a_tasks.c.terminal_at.is_not(None), a2a_tasks.c.terminal_at <= before_ms
+        )
+        pending = exists().where(
+            and_(a2a_push_outbox.c.config_id == cfg.c.id, a2a_push_outbox.c.status == "pending")
+        )
+        async with self.db.begin() as conn:
+            result = await conn.execute(delete(cfg).where(cfg.c.task_id.in_(done_task), ~pending))
+        return int(result.rowcount or 0)

@@ -1,0 +1,206 @@
+"""``a2a_tasks`` SQL, in one place: the task row written with its todo, the per-task sequence counter,
+and the owner-scoped reads.
+
+Every read is scoped by the owner (the endpoint that sent the message), so another endpoint's task id
+reads exactly like an unknown one.
+
+The task row must commit with its todo, but the todo id is minted inside ``TodoStore.create``. The send
+path therefore states its intent in a context variable (:func:`sending`) and the transition hub's
+in-transaction stage, which runs in the same task and transaction, writes the row
+(:func:`insert_task`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Row, case, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from switchboard.a2a.views import TaskRecord
+from switchboard.store.db import Database
+from switchboard.store.schema import todos
+from switchboard.store.schema_a2a import a2a_tasks
+
+if TYPE_CHECKING:
+    from switchboard.a2a.configs import ConfigInput
+
+A2A_SOURCE = "a2a"  # todos.source of every task; filters transitions before any query
+A2A_KIND = "a2a.message"
+
+
+@dataclass(frozen=True, slots=True)
+class SendIntent:
+    owner_endpoint_id: str
+    context_id: str
+    message_json: str
+    inline_config: ConfigInput | None = None  # SendMessage's configuration.taskPushNotificationConfig
+
+
+_intent: ContextVar[SendIntent | None] = ContextVar("switchboard_a2a_send_intent", default=None)
+
+
+@contextmanager
+def sending(intent: SendIntent) -> Iterator[None]:
+    """Bind the task row's facts for the ``TodoStore.create`` call made inside this block."""
+    token = _intent.set(intent)
+    try:
+        yield
+    finally:
+        _intent.reset(token)
+
+
+def current_intent() -> SendIntent | None:
+    return _intent.get()
+
+
+_COLUMNS = (
+    todos.c.id,
+    a2a_tasks.c.context_id,
+    a2a_tasks.c.owner_endpoint_id,
+    todos.c.endpoint_id,
+    todos.c.queue,
+    todos.c.status,
+    a2a_tasks.c.message,
+    todos.c.result,
+    todos.c.last_error,
+    a2a_tasks.c.last_seq,
+    todos.c.created_at,
+    todos.c.updated_at,
+)
+
+
+def _record(row: Row[Any]) -> TaskRecord:
+    return TaskRecord(
+        id=row.id,
+        context_id=row.context_id,
+        owner_endpoint_id=row.owner_endpoint_id,
+        endpoint_id=row.endpoint_id,
+        queue=row.queue,
+        status=row.status,
+        message=row.message,
+        result=row.result,
+        last_error=row.last_error,
+        last_seq=int(row.last_seq),
+        created_at=int(row.created_at),
+        updated_at=int(row.updated_at),
+    )
+
+
+def _joined() -> Any:
+    return select(*_COLUMNS).select_from(a2a_tasks.join(todos, todos.c.id == a2a_tasks.c.todo_id))
+
+
+# -- in the transition's transaction -----------------------------------------------------------------
+
+
+async def insert_task(conn: AsyncConnection, todo_id: str, intent: SendIntent, now_ms: int) -> None:
+    await conn.execute(
+        insert(a2a_tasks).values(
+            todo_id=todo_id,
+            owner_endpoint_id=intent.owner_endpoint_id,
+            context_id=intent.context_id,
+            message=intent.message_json,
+            last_seq=0,
+            created_at=now_ms,
+        )
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Bumped:
+    seq: int
+    context_id: str
+
+
+async def next_seq(conn: AsyncConnection, todo_id: str, *, terminal: bool, now_ms: int) -> Bumped | None:
+    """Allocate the transition's sequence number: the UPDATE locks the task row until commit, so
+    concurrent transitions of one task get strictly increasing numbers. ``None``: not an A2A task."""
+    stmt = (
+        update(a2a_tasks)
+        .where(a2a_tasks.c.todo_id == todo_id)
+        .values(
+            last_seq=a2a_tasks.c.last_seq + 1,
+            terminal_at=case((a2a_tasks.c.terminal_at.is_(None), now_ms), else_=a2a_tasks.c.terminal_at)
+            if terminal
+            else a2a_tasks.c.terminal_at,
+        )
+        .returning(a2a_tasks.c.last_seq, a2a_tasks.c.context_id)
+    )
+    row = (await conn.execute(stmt)).first()
+    return None if row is None else Bumped(int(row.last_seq), row.context_id)
+
+
+async def todo_outcome(conn: AsyncConnection, todo_id: str) -> tuple[str | None, str | None]:
+    """(result, last_error) of the todo as this transaction sees it."""
+    row = (await conn.execute(select(todos.c.result, todos.c.last_error).where(todos.c.id == todo_id))).one()
+    return row.result, row.last_error
+
+
+async def lock_owned(conn: AsyncConnection, owner_endpoint_id: str, task_id: str) -> bool:
+    """Lock the caller's task row (serialises config writes per task); False if it is not theirs."""
+    stmt = (
+        select(a2a_tasks.c.todo_id)
+        .where(a2a_tasks.c.todo_id == task_id, a2a_tasks.c.owner_endpoint_id == owner_endpoint_id)
+        .with_for_update()
+    )
+    return (await conn.execute(stmt)).first() is not None
+
+
+# -- reads -------------------------------------------------------------------------------------------
+
+
+class TaskStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def get(self, owner_endpoint_id: str, task_id: str) -> TaskRecord | None:
+        stmt = _joined().where(
+            a2a_tasks.c.todo_id == task_id, a2a_tasks.c.owner_endpoint_id == owner_endpoint_id
+        )
+        async with self.db.read() as conn:
+            row = (await conn.execute(stmt)).first()
+        return None if row is None else _record(row)
+
+    async def owned(self, owner_endpoint_id: str, task_id: str) -> bool:
+        stmt = select(a2a_tasks.c.todo_id).where(
+            a2a_tasks.c.todo_id == task_id, a2a_tasks.c.owner_endpoint_id == owner_endpoint_id
+        )
+        async with self.db.read() as conn:
+            return (await conn.execute(stmt)).first() is not None
+
+    async def page(
+        self,
+        owner_endpoint_id: str,
+        *,
+        context_id: str | None,
+        statuses: Sequence[str] | None,
+        updated_after_ms: int | None,
+        before: str | None,
+        limit: int,
+    ) -> tuple[list[TaskRecord], int]:
+        """Newest first, paged by task id; also the total that matches the filters."""
+        conds = [a2a_tasks.c.owner_endpoint_id == owner_endpoint_id]
+        if context_id is not None:
+            conds.append(a2a_tasks.c.context_id == context_id)
+        if statuses is not None:
+            conds.append(todos.c.status.in_(statuses))
+        if updated_after_ms is not None:
+            conds.append(todos.c.updated_at > updated_after_ms)
+        page = _joined().where(*conds)
+        if before is not None:
+            page = page.where(a2a_tasks.c.todo_id < before)
+        page = page.order_by(a2a_tasks.c.todo_id.desc()).limit(limit)
+        total = (
+            select(func.count())
+            .select_from(a2a_tasks.join(todos, todos.c.id == a2a_tasks.c.todo_id))
+            .where(*conds)
+        )
+        async with self.db.read() as conn:
+            rows = (await conn.execute(page)).all()
+            count = int((await conn.execute(total)).scalar_one())
+        return [_record(r) for r in rows], count
