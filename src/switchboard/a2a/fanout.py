@@ -1,0 +1,71 @@
+"""The A2A stage of the transition hook, run inside each transition's own transaction.
+
+The design (decision 1) hangs A2A push off the one todo-transition hook. The hook has two stages
+(store/transitions.py): ``in_transaction`` handlers run before commit, ``subscribe``\\ d ones after. Push
+uses the first for everything that must commit or roll back with the transition, so a crash can lose
+nothing (decision 3):
+
+* the ``a2a_tasks`` row of a new task (and the inline push config of its SendMessage),
+* the task's next sequence number (the UPDATE holds the task row until commit: strictly increasing),
+* one outbox row per push config, carrying the exact body that will be sent.
+
+The post-commit stage only wakes the delivery workers (component.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from switchboard.a2a import outbox, tasks
+from switchboard.a2a.configs import ConfigStore
+from switchboard.a2a.views import TERMINAL_TRANSITIONS, PushEvent, push_body
+from switchboard.clock import ms
+from switchboard.store.transitions import Transition
+
+
+class Fanout:
+    def __init__(self, configs: ConfigStore, *, push_enabled: bool) -> None:
+        self.configs = configs
+        self.push_enabled = push_enabled
+
+    async def __call__(self, conn: AsyncConnection, transitions: Sequence[Transition]) -> None:
+        for t in transitions:
+            if t.source == tasks.A2A_SOURCE:  # cheap filter: no query for any other todo
+                await self._one(conn, t)
+
+    async def _one(self, conn: AsyncConnection, t: Transition) -> None:
+        now_ms = ms(t.at)
+        if t.transition == "created":
+            intent = tasks.current_intent()
+            if intent is None:
+                return  # a webhook source that happens to be called "a2a": not a task
+            await tasks.insert_task(conn, t.todo_id, intent, now_ms)
+            if intent.inline_config is not None:
+                await self.configs.insert_in(conn, intent.owner_endpoint_id, t.todo_id, intent.inline_config)
+        bumped = await tasks.next_seq(
+            conn, t.todo_id, terminal=t.transition in TERMINAL_TRANSITIONS, now_ms=now_ms
+        )
+        if bumped is None or not self.push_enabled:
+            return
+        targets = await self.configs.targets_in(conn, t.todo_id)
+        if not targets:
+            return
+        result, last_error = await tasks.todo_outcome(conn, t.todo_id)
+        body = push_body(
+            PushEvent(
+                task_id=t.todo_id,
+                context_id=bumped.context_id,
+                queue=t.queue,
+                transition=t.transition,
+                reason=t.reason,
+                seq=bumped.seq,
+                at=t.at,
+                result=result,
+                last_error=last_error,
+            )
+        )
+        await outbox.enqueue(
+            conn, task_id=t.todo_id, seq=bumped.seq, body=body, targets=targets, now_ms=now_ms
+        )

@@ -1,0 +1,312 @@
+"""The push delivery worker pool: claims due outbox rows and sends them through ``switchboard.push``.
+
+Why it is shaped like this:
+
+* It runs beside request handling, never inside it: a transition only writes outbox rows, and the
+  post-commit hook merely wakes this loop.
+* Every attempt is its own task, at most ``workers`` at a time and ``host_inflight`` per host, so a
+  receiver that takes its full 5 s holds one slot and no one else waits on it.
+* A host over its rate is left out of the claim (its rows wait in the outbox, never dropped); a row
+  claimed just as its host ran dry is given back uncounted.
+* Retries follow ADR-0007's shape: base x 2^(attempt-1), capped, up to an attempt cap. Each is a
+  ``due_at`` in the database, so a restart resumes them. Nothing sleeps.
+* The clock is injected and :meth:`poll_once` / :meth:`drain` exist, so tests drive 30 s backoffs
+  without waiting for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+
+from switchboard.a2a.configs import SIGNING_SCHEME, ConfigStore, SendableConfig
+from switchboard.a2a.limits import HostLimits
+from switchboard.a2a.outbox import Claimed, OutboxStore
+from switchboard.clock import Clock, ms
+from switchboard.obs.logs import get_logger
+from switchboard.obs.metrics import Metrics
+from switchboard.push import PushError, RetryableStatus, Sender, StatusError, standard_headers
+
+log = get_logger("switchboard.a2a.push")
+
+A2A_VERSION = "1.0"
+SEQUENCE_HEADER = "x-switchboard-sequence"
+TASK_HEADER = "x-switchboard-task-id"
+TOKEN_HEADER = "x-a2a-notification-token"
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Operator settings of delivery (docs/configuration.md, "A2A")."""
+
+    workers: int = 8
+    max_attempts: int = 10
+    retry_base: float = 30.0
+    retry_cap: float = 3600.0
+    poll_seconds: float = 2.0
+    retention_seconds: float = 24 * 3600.0
+    lease_seconds: float = 60.0  # > the Sender's 5 s timeout: a live claim never expires mid-attempt
+    cleanup_seconds: float = 300.0
+    drain_timeout: float = 6.0
+
+    def delay(self, attempt: int) -> float:
+        """Seconds before the next attempt, after ``attempt`` attempts failed."""
+        return float(min(self.retry_cap, self.retry_base * 2 ** max(0, attempt - 1)))
+
+
+def headers_for(config: SendableConfig, item: Claimed, now: float) -> dict[str, str]:
+    """The headers of one attempt (docs/a2a.md, "What a receiver gets")."""
+    headers = {
+        "content-type": "application/json",
+        "a2a-version": A2A_VERSION,
+        SEQUENCE_HEADER: str(item.seq),
+        TASK_HEADER: item.task_id,
+    }
+    if config.token:
+        headers[TOKEN_HEADER] = config.token
+    if config.scheme == SIGNING_SCHEME and config.credentials:
+        headers.update(standard_headers([config.credentials], item.msg_id, int(now), item.body))
+    elif config.scheme and config.credentials:
+        headers["authorization"] = f"{config.scheme} {config.credentials}"
+    return headers
+
+
+class DeliveryWorker:
+    def __init__(
+        self,
+        *,
+        outbox: OutboxStore,
+        configs: ConfigStore,
+        sender: Sender,
+        limits: HostLimits,
+        metrics: Metrics,
+        clock: Clock,
+        policy: Policy,
+    ) -> None:
+        self.outbox, self.configs, self.sender = outbox, configs, sender
+        self.limits, self.metrics, self.clock, self.policy = limits, metrics, clock, policy
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._claim_lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._loop: asyncio.Task[None] | None = None
+        self._gauged_at = 0.0
+        self._next_cleanup = 0.0
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._loop = asyncio.create_task(self._run(), name="a2a-push-worker")
+
+    async def stop(self) -> None:
+        """Stop claiming; let attempts in flight finish (each is bounded by the Sender's timeout), then
+        cancel the rest, which hand their rows back for the next instance or restart."""
+        if self._loop is not None:
+            self._loop.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop
+            self._loop = None
+        if self._inflight:
+            _, late = await asyncio.wait(set(self._inflight), timeout=self.policy.drain_timeout)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+
+    def wake(self) -> None:
+        """Something may be due now (a transition committed, an attempt finished)."""
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                await self.poll_once()
+                await self._housekeeping()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.error("push outbox poll failed", exc_info=True)
+            timeout = self.policy.poll_seconds
+            soonest = self.limits.next_token_in()
+            if soonest is not None:
+                timeout = min(timeout, max(soonest, 0.05))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+
+    async def _housekeeping(self) -> None:
+        if time.monotonic() - self._gauged_at >= 1.0:
+            self._gauged_at = time.monotonic()
+            await self.update_gauges()
+        if self.clock.now() >= self._next_cleanup:
+            self._next_cleanup = self.clock.now() + self.policy.cleanup_seconds
+            await self.cleanup_once()
+
+    # -- explicit steps (the loop uses them; tests call them) -------------------------------------
+
+    async def poll_once(self) -> int:
+        """Claim what is due, up to the free capacity, and start an attempt for each. Returns how
+        many rows were claimed; the attempts run on."""
+        claimed, _ = await self._poll()
+        return claimed
+
+    async def _poll(self) -> tuple[int, int]:
+        """(rows claimed, attempts that were already in flight), decided under one lock."""
+        async with self._claim_lock:
+            busy = len(self._inflight)
+            free = self.policy.workers - busy
+            if free <= 0:
+                return 0, busy
+            claimed = await self.outbox.claim(
+                now_ms=ms(self.clock.now()),
+                lease_ms=ms(self.policy.lease_seconds),
+                limit=free,
+                exclude_hosts=self.limits.blocked_hosts(),
+            )
+            for item in claimed:
+                if self.limits.at_inflight_cap(item.host):
+                    # One claim can take several rows of one host: past its cap, give them back.
+                    await self.outbox.release(item, due_ms=ms(self.clock.now()))
+                else:
+                    self._launch(item)
+            return len(claimed), busy
+
+    async def idle(self) -> None:
+        """Wait until no attempt is in flight."""
+        while self._inflight:
+            await asyncio.wait(set(self._inflight))
+
+    async def drain(self, max_rounds: int = 10_000) -> int:
+        """Poll and wait until nothing is claimable at the clock's current time and nothing is in
+        flight (an attempt that finishes can make the next sequence claimable). Returns rows claimed."""
+        total = 0
+        for _ in range(max_rounds):
+            claimed, busy = await self._poll()
+            await self.idle()
+            total += claimed
+            if claimed == 0 and busy == 0:
+                break
+        return total
+
+    async def update_gauges(self) -> None:
+        backlog = await self.outbox.backlog()
+        self.metrics.a2a_push_outbox_depth.set(backlog.pending)
+        age = 0.0
+        if backlog.oldest_created_ms is not None:
+            age = max(0.0, self.clock.now() - backlog.oldest_created_ms / 1000)
+        self.metrics.a2a_push_oldest_undelivered_seconds.set(age)
+
+    async def cleanup_once(self) -> tuple[int, int]:
+        """Config lifecycle: configs of tasks terminal for longer than the retention, once their final
+        delivery is done (or given up), go; so do old finished outbox rows."""
+        before = ms(self.clock.now() - self.policy.retention_seconds)
+        configs = await self.configs.purge_finished(before)
+        rows = await self.outbox.purge_finished(before)
+        if configs or rows:
+            log.info("a2a push retention sweep", configs_deleted=configs, outbox_rows_deleted=rows)
+        return configs, rows
+
+    # -- attempts ----------------------------------------------------------------------------------
+
+    def _launch(self, item: Claimed) -> None:
+        self.limits.started(item.host)
+        task = asyncio.create_task(self._deliver(item), name=f"a2a-push-{item.id}")
+        self._inflight.add(task)
+
+        def done(t: asyncio.Task[None]) -> None:
+            self._inflight.discard(t)
+            self.limits.finished(item.host)
+            self._wake.set()
+
+        task.add_done_callback(done)
+
+    async def _deliver(self, item: Claimed) -> None:
+        try:
+            await self._attempt(item)
+        except asyncio.CancelledError:
+            # Shutdown: hand the row back now rather than at lease expiry. If the request was already
+            # on the wire the receiver sees it twice, which the sequence number lets it discard.
+            with contextlib.suppress(Exception):
+                await self.outbox.release(item, due_ms=ms(self.clock.now()))
+            raise
+        except Exception:
+            # The row stays claimed; its lease runs out and it is tried again (at-least-once).
+            log.error(
+                "a2a push attempt crashed",
+                task_id=item.task_id,
+                config=item.config_id,
+                seq=item.seq,
+                exc_info=True,
+            )
+
+    async def _attempt(self, item: Claimed) -> None:
+        config = await self.configs.sendable(item.config_id)
+        if config is None:
+            return  # deleted since: its outbox rows went with it, and no attempt may start
+        wait = self.limits.take(item.host)
+        if wait > 0:
+            self.metrics.a2a_push_deferred.inc()
+            await self.outbox.release(item, due_ms=ms(self.clock.now() + wait))
+            return
+        attempt = item.attempts + 1
+        started = time.monotonic()
+        try:
+            result = await self.sender.send(
+                config.url, body=item.body, headers=headers_for(config, item, self.clock.now())
+            )
+        except PushError as err:
+            await self._failed(item, attempt, err)
+            return
+        self.metrics.a2a_push_attempts.labels("2xx").inc()
+        self.metrics.a2a_push_deliveries.labels("delivered").inc()
+        self._log(item, attempt, "2xx", status=result.status, duration=time.monotonic() - started)
+        await self.outbox.delivered(item, status=result.status, now_ms=ms(self.clock.now()))
+
+    async def _failed(self, item: Claimed, attempt: int, err: PushError) -> None:
+        status = err.status if isinstance(err, StatusError) else None
+        self.metrics.a2a_push_attempts.labels(err.result).inc()
+        now = self.clock.now()
+        if err.retryable and attempt < self.policy.max_attempts:
+            delay = self.policy.delay(attempt)
+            if isinstance(err, RetryableStatus) and err.retry_after is not None:
+                delay = min(self.policy.retry_cap, max(delay, err.retry_after))
+            self._log(item, attempt, err.result, status=status, err=err, retry_in=delay)
+            await self.outbox.retry(item, status=status, error=err.reason[:40], due_ms=ms(now + delay))
+            return
+        outcome = "exhausted" if err.retryable else "failed"
+        self.metrics.a2a_push_deliveries.labels(outcome).inc()
+        self._log(item, attempt, err.result, status=status, err=err, outcome=outcome)
+        await self.outbox.failed(item, status=status, error=err.reason[:40], now_ms=ms(now))
+
+    def _log(
+        self,
+        item: Claimed,
+        attempt: int,
+        result: str,
+        *,
+        status: int | None,
+        err: PushError | None = None,
+        duration: float | None = None,
+        retry_in: float | None = None,
+        outcome: str | None = None,
+    ) -> None:
+        """One line per attempt: ids, host, result and reason; never the URL, token, credentials or
+        anything the receiver sent back."""
+        if duration is None and err is not None:
+            duration = err.duration
+        log.info(
+            "a2a push attempt",
+            task_id=item.task_id,
+            config=item.config_id,
+            delivery=item.id,
+            seq=item.seq,
+            host=item.host,
+            attempt=attempt,
+            result=result,
+            status=status,
+            error=None if err is None else err.reason,
+            stage=None if err is None else err.stage,
+            duration_ms=None if duration is None else round(duration * 1000, 1),
+            retry_in_s=retry_in,
+            outcome=outcome or ("delivered" if err is None else None),
+        )
