@@ -31,10 +31,11 @@ class Component(Protocol):
 
 
 def default_components(services: Services) -> list[Component]:
+    from switchboard.a2a.component import A2AComponent
     from switchboard.notify.component import NotifyComponent
     from switchboard.web.component import WebComponent
 
-    return [NotifyComponent(services), WebComponent(services)]
+    return [NotifyComponent(services), A2AComponent(services), WebComponent(services)]
 
 
 def create_app(services: Services, *, components: Sequence[Component] | None = None) -> Starlette:

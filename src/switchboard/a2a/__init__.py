@@ -1,0 +1,10 @@
+"""SPEC-0018's A2A task surface and A2A push notifications (docs/a2a.md).
+
+Tasks are todos. The SDK's JSON-RPC routes serve ``/a2a``; a custom request handler maps methods onto
+the todo store; push deliveries are written to a durable outbox inside each transition's transaction
+and sent by a worker pool through ``switchboard.push``.
+"""
+
+from switchboard.a2a.component import A2AComponent
+
+__all__ = ["A2AComponent"]

@@ -1,0 +1,163 @@
+"""The A2A surface as a server component: routes, the transition-hook stages, and the delivery worker.
+
+Wiring, and why:
+
+* ``POST /a2a``: the SDK's JSON-RPC route (``create_jsonrpc_routes``, v1.0 and v0.3 method names) behind
+  :class:`~switchboard.a2a.gate.Gate`; ``GET /.well-known/agent-card.json``: the SDK's card route.
+* In-transaction stage of the transition hook: :class:`~switchboard.a2a.fanout.Fanout` (task rows,
+  sequence numbers, outbox rows). Post-commit stage: wake the worker.
+* A2A push has its own allowlist (``SWITCHBOARD_A2A_PUSH_ALLOW_CIDRS``) so exempting a private range for
+  notify hooks does not open it to every A2A client; hence its own ``Validator`` and ``Sender``, built
+  from ``switchboard.push`` with the same listen addresses, resolver and TLS context as
+  ``switchboard.outbound``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from starlette.routing import BaseRoute, Route
+
+from switchboard.a2a.card import A2A_PATH, CARD_PATH, build_card
+from switchboard.a2a.configs import ConfigStore
+from switchboard.a2a.fanout import Fanout
+from switchboard.a2a.gate import EndpointContextBuilder, Gate
+from switchboard.a2a.handler import Handler
+from switchboard.a2a.limits import HostLimits
+from switchboard.a2a.outbox import OutboxStore
+from switchboard.a2a.tasks import A2A_SOURCE, TaskStore
+from switchboard.a2a.worker import DeliveryWorker, Policy
+from switchboard.obs.logs import get_logger
+from switchboard.push import Sender, Validator
+from switchboard.services import Services
+from switchboard.store.transitions import Transition
+
+log = get_logger("switchboard.a2a")
+
+# SDK loggers that may render request bodies or parse errors quoting the caller's values (a push
+# config's token, say): their records keep the fixed text and lose the arguments and tracebacks.
+_SDK_LOGGERS = (
+    "a2a.server.routes.jsonrpc_dispatcher",
+    "a2a.compat.v0_3.jsonrpc_adapter",
+    "a2a.server.request_handlers.response_helpers",
+    "a2a.utils.version_validator",
+    "a2a.utils.proto_utils",
+)
+
+
+class _WithoutValues(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.INFO:
+            return False
+        record.args = None
+        record.exc_info = None
+        record.exc_text = None
+        return True
+
+
+_GUARD = _WithoutValues()
+
+
+def guard_sdk_logs() -> None:
+    for name in _SDK_LOGGERS:
+        logger = logging.getLogger(name)
+        if _GUARD not in logger.filters:
+            logger.addFilter(_GUARD)
+
+
+def push_outbound(services: Services) -> tuple[Validator, Sender]:
+    """The SSRF guard and sender for A2A push: the shared ``switchboard.push`` core, configured with
+    the A2A allowlist. Cached per instance."""
+    cached = services.extras.get("a2a_outbound")
+    if isinstance(cached, tuple):
+        return cached  # type: ignore[return-value]
+    s = services.settings
+    allow = tuple(part.strip() for part in s.a2a_push_allow_cidrs.split(",") if part.strip())
+    validator = Validator(
+        allow_http=s.push_allow_http,
+        allow_cidrs=allow,
+        listen_addresses=[(s.listen_host, s.listen_port)],
+        resolver=services.resolver,
+    )
+    sender = Sender(validator, ssl_context=services.ssl_context)
+    services.extras["a2a_outbound"] = (validator, sender)
+    return validator, sender
+
+
+class A2AComponent:
+    def __init__(self, services: Services, *, policy: Policy | None = None) -> None:
+        s = services.settings
+        self.services = services
+        self.push_enabled = s.a2a_push_enabled
+        validator, sender = push_outbound(services)
+        self.tasks = TaskStore(services.db)
+        self.configs = ConfigStore(services.db, services.envelope, services.clock)
+        self.outbox = OutboxStore(services.db)
+        self.policy = policy or Policy(
+            workers=s.a2a_push_workers,
+            max_attempts=s.a2a_push_max_attempts,
+            retry_base=s.a2a_push_retry_base_seconds,
+            retry_cap=s.a2a_push_retry_cap_seconds,
+            poll_seconds=s.a2a_push_poll_seconds,
+            retention_seconds=s.a2a_push_retention_hours * 3600,
+        )
+        self.worker = DeliveryWorker(
+            outbox=self.outbox,
+            configs=self.configs,
+            sender=sender,
+            limits=HostLimits(
+                services.clock,
+                per_minute=s.a2a_push_host_rate_per_minute,
+                burst=s.a2a_push_host_burst,
+                inflight=s.a2a_push_host_inflight,
+            ),
+            metrics=services.metrics,
+            clock=services.clock,
+            policy=self.policy,
+        )
+        self.handler = Handler(
+            services,
+            tasks=self.tasks,
+            configs=self.configs,
+            validator=validator,
+            push_enabled=self.push_enabled,
+            ceiling=s.a2a_push_configs_per_task,
+        )
+        self.card = build_card(s, push_enabled=self.push_enabled)
+        services.hub.add_in_transaction(Fanout(self.configs, push_enabled=self.push_enabled))
+        if self.push_enabled:
+            services.hub.subscribe("a2a_push", self._on_transition, queue_size=1000)
+        services.extras["a2a"] = self
+        guard_sdk_logs()
+
+    async def _on_transition(self, t: Transition) -> None:
+        """Post-commit: the outbox rows are durable by now; just tell the worker. A dropped wake loses
+        nothing (the worker polls anyway)."""
+        if t.source == A2A_SOURCE:
+            self.worker.wake()
+
+    def routes(self) -> Sequence[BaseRoute]:
+        (rpc,) = create_jsonrpc_routes(
+            self.handler, A2A_PATH, context_builder=EndpointContextBuilder(), enable_v0_3_compat=True
+        )
+        assert isinstance(rpc, Route)
+        gate = Gate(self.services, rpc.endpoint, self.services.settings.a2a_rate_per_minute)
+        return [
+            Route(A2A_PATH, gate.handle, methods=["POST"]),
+            *create_agent_card_routes(self.card, card_url=CARD_PATH),
+        ]
+
+    @asynccontextmanager
+    async def lifespan(self) -> AsyncIterator[None]:
+        if not self.push_enabled:
+            log.warning("A2A push notifications are disabled: SWITCHBOARD_A2A_PUSH_ENABLED is false")
+            yield
+            return
+        await self.worker.start()
+        try:
+            yield
+        finally:
+            await self.worker.stop()

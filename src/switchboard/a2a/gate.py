@@ -1,0 +1,170 @@
+"""The HTTP front of the A2A endpoint: everything decided before the SDK's JSON-RPC dispatcher runs.
+
+In order: body size (413), bearer credential (401), per-endpoint rate (429), the verb grant of the
+method (403), then the SDK's own route. Refusals use HTTP statuses with RFC 6750 bodies, like the MCP
+surface, because they are about the caller, not about a task. The caller's endpoint, read fresh from
+the database, travels to the request handler in the ASGI scope (:class:`EndpointContextBuilder`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from a2a.auth.user import User
+from a2a.server.context import ServerCallContext
+from a2a.server.routes import DefaultServerCallContextBuilder
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import Message
+
+from switchboard.a2a.auth import METHOD_VERBS, authenticate_bearer, bearer_token, verbs_needed
+from switchboard.ingest.app import BodyTooLarge, read_capped
+from switchboard.obs.logs import get_logger
+from switchboard.ratelimit import RateLimiter
+from switchboard.services import Services
+from switchboard.store.accounts import Endpoint
+from switchboard.store.errors import StoreUnavailable
+
+log = get_logger("switchboard.a2a")
+
+SCOPE_KEY = "switchboard.endpoint"
+REALM = 'Bearer realm="switchboard"'
+
+
+class EndpointUser(User):
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+
+    @property
+    def is_authenticated(self) -> bool:
+        return True
+
+    @property
+    def user_name(self) -> str:
+        return self.endpoint.slug
+
+
+class EndpointContextBuilder(DefaultServerCallContextBuilder):
+    """The SDK's context builder, plus the endpoint the gate authenticated (``state["endpoint"]``).
+    The Authorization header is dropped from the copy of the headers the SDK keeps."""
+
+    def build(self, request: Request) -> ServerCallContext:
+        context = super().build(request)
+        headers = context.state.get("headers")
+        if isinstance(headers, dict):
+            headers.pop("authorization", None)
+        endpoint = request.scope.get(SCOPE_KEY)
+        if isinstance(endpoint, Endpoint):
+            context.state["endpoint"] = endpoint
+            context.user = EndpointUser(endpoint)
+        return context
+
+
+def caller(context: ServerCallContext) -> Endpoint:
+    endpoint = context.state.get("endpoint")
+    if not isinstance(endpoint, Endpoint):  # pragma: no cover - the gate always sets it
+        raise RuntimeError("A2A call reached the handler without an authenticated endpoint")
+    return endpoint
+
+
+def _refuse(status: int, error: str, description: str, *, headers: dict[str, str] | None = None) -> Response:
+    return JSONResponse({"error": error, "error_description": description}, status, headers)
+
+
+def _sanitize(response: Response) -> Response:
+    """The v0.3 adapter answers a params validation failure with pydantic's text as ``error.data``,
+    which quotes the rejected value (it can be a token). Keep the code and message, drop the data."""
+    if not isinstance(response, JSONResponse):
+        return response
+    try:
+        body = json.loads(bytes(response.body))
+    except ValueError:
+        return response
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("data"), str):
+        error["data"] = "the request parameters failed validation"
+        return JSONResponse(body, response.status_code)
+    return response
+
+
+class Gate:
+    def __init__(
+        self, services: Services, dispatch: Callable[[Request], Awaitable[Response]], rate_per_minute: float
+    ) -> None:
+        self.services = services
+        self.dispatch = dispatch
+        self.limiter = RateLimiter(services.clock, rate_per_minute)
+
+    def _count(self, method: str, code: str) -> None:
+        label = method if method in METHOD_VERBS else "unknown"
+        self.services.metrics.a2a_calls.labels(label, code).inc()
+
+    async def handle(self, request: Request) -> Response:
+        cap = self.services.settings.max_body_bytes
+        try:
+            body = await read_capped(request, cap)
+        except BodyTooLarge:
+            self._count("unknown", "too_large")
+            return _refuse(413, "too_large", f"the request body is larger than {cap} bytes")
+        method, params = _peek(body)
+        token = bearer_token(request.headers.get("authorization"))
+        try:
+            endpoint = await authenticate_bearer(self.services, token) if token else None
+        except StoreUnavailable:
+            self._count(method, "unavailable")
+            return _refuse(
+                503, "unavailable", "the database is unavailable; retry later", headers={"Retry-After": "5"}
+            )
+        if endpoint is None:
+            self._count(method, "unauthorized")
+            return _refuse(
+                401,
+                "invalid_token",
+                "send an endpoint credential or OAuth access token as 'Authorization: Bearer <token>'",
+                headers={"WWW-Authenticate": REALM},
+            )
+        if not self.limiter.allow(endpoint.id):
+            self._count(method, "rate_limited")
+            per_minute = self.services.settings.a2a_rate_per_minute
+            return _refuse(
+                429, "rate_limited", f"over {per_minute} calls per minute", headers={"Retry-After": "5"}
+            )
+        missing = [verb for verb in verbs_needed(method, params) if verb not in endpoint.verbs]
+        if missing:
+            self._count(method, "forbidden")
+            return _refuse(
+                403,
+                "insufficient_scope",
+                f"the verb {missing[0]!r} is not granted to this endpoint",
+                headers={"WWW-Authenticate": f'{REALM}, error="insufficient_scope", scope="{missing[0]}"'},
+            )
+        request.scope[SCOPE_KEY] = endpoint
+        replay = _replay(body, request.receive)
+        return _sanitize(await self.dispatch(Request(request.scope, replay)))
+
+
+def _peek(body: bytes) -> tuple[str, Any]:
+    """The JSON-RPC method and params, or ("", None); malformed bodies are the SDK's to answer."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return "", None
+    if not isinstance(data, dict) or not isinstance(data.get("method"), str):
+        return "", None
+    return data["method"], data.get("params")
+
+
+def _replay(body: bytes, then: Callable[[], Awaitable[Message]]) -> Callable[[], Awaitable[Message]]:
+    """An ASGI receive that hands the SDK the body already read, then the real channel's messages."""
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if sent:
+            return await then()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive

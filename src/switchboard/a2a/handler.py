@@ -1,0 +1,395 @@
+"""The A2A request handler: the SDK's abstract ``RequestHandler`` implemented over the todo store.
+
+Why not ``DefaultRequestHandler``: it runs an ``AgentExecutor`` in-process and pushes inline from the
+task's event loop. Here a task is a todo that a worker endpoint claims over MCP, possibly on another
+instance, hours later; the queue is the ledger, and push runs from the transition hook and the durable
+outbox. The SDK's JSON-RPC routes and dispatchers (v1.0 and v0.3 method names) are used as they are.
+
+Every method authorizes first: the task must be the caller's (the endpoint that sent the message), and
+any other id, another endpoint's included, is answered exactly like an unknown one (-32001).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any, Final, TypeVar
+
+from a2a.server.context import ServerCallContext
+from a2a.server.events.event_queue import Event
+from a2a.server.request_handlers.request_handler import RequestHandler
+from a2a.types.a2a_pb2 import (
+    AgentCard,
+    CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetExtendedAgentCardRequest,
+    GetTaskPushNotificationConfigRequest,
+    GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
+    ListTaskPushNotificationConfigsResponse,
+    ListTasksRequest,
+    ListTasksResponse,
+    Message,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    Task,
+    TaskPushNotificationConfig,
+)
+from a2a.utils.errors import (
+    A2AError,
+    ExtendedAgentCardNotConfiguredError,
+    InternalError,
+    InvalidParamsError,
+    PushNotificationNotSupportedError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
+from a2a.utils.proto_utils import validate_proto_required_fields
+from google.protobuf.json_format import MessageToDict
+
+from switchboard.a2a import errors
+from switchboard.a2a.configs import ConfigInput, ConfigStore, parse_config
+from switchboard.a2a.errors import ConfigRefused
+from switchboard.a2a.gate import caller
+from switchboard.a2a.tasks import A2A_KIND, A2A_SOURCE, SendIntent, TaskStore, sending
+from switchboard.a2a.views import (
+    STATUSES_OF_STATE,
+    TERMINAL_STATUSES,
+    TaskRecord,
+    config_view,
+    message_to_json,
+    state_name,
+    task_view,
+)
+from switchboard.ids import looks_like, new_id
+from switchboard.obs.logs import get_logger
+from switchboard.push import Validator
+from switchboard.services import Services
+from switchboard.store.accounts import QUEUE, SLUG, Endpoint
+from switchboard.store.errors import StoreUnavailable
+from switchboard.store.todos import NewTodo
+from switchboard.text import storable, summary
+
+log = get_logger("switchboard.a2a")
+
+_CONTEXT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
+DEFAULT_PAGE: Final = 50
+MAX_PAGE: Final = 100
+_CODES: Final[dict[type[A2AError], str]] = {
+    TaskNotFoundError: "task_not_found",
+    TaskNotCancelableError: "not_cancelable",
+    PushNotificationNotSupportedError: "push_not_supported",
+    UnsupportedOperationError: "unsupported",
+    InvalidParamsError: "invalid_params",
+    ExtendedAgentCardNotConfiguredError: "unsupported",
+    InternalError: "internal",
+}
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+def surface(func: F) -> F:
+    """Count every call by method and result code, and turn what is not an A2A error into one whose
+    message is safe to show (the SDK would otherwise put ``str(exc)`` in the response)."""
+
+    @functools.wraps(func)
+    async def wrapper(self: Handler, params: Any, context: ServerCallContext) -> Any:
+        method = str(context.state.get("method", func.__name__))
+        try:
+            if params is not None:
+                validate_proto_required_fields(params)
+            result = await func(self, params, context)
+        except ConfigRefused as err:
+            self._count(method, err.reason)
+            raise errors.invalid(err.message) from None
+        except A2AError as err:
+            self._count(method, _CODES.get(type(err), "error"))
+            raise
+        except StoreUnavailable:
+            self._count(method, "unavailable")
+            raise errors.unavailable() from None
+        except Exception as exc:
+            self._count(method, "internal")
+            log.error("a2a call crashed", method=method, error_type=type(exc).__name__)
+            raise errors.internal() from None
+        self._count(method, "ok")
+        return result
+
+    return wrapper  # type: ignore[return-value]
+
+
+class Handler(RequestHandler):
+    def __init__(
+        self,
+        services: Services,
+        *,
+        tasks: TaskStore,
+        configs: ConfigStore,
+        validator: Validator,
+        push_enabled: bool,
+        ceiling: int,
+    ) -> None:
+        self.services = services
+        self.tasks, self.configs, self.validator = tasks, configs, validator
+        self.push_enabled = push_enabled
+        self.ceiling = ceiling
+
+    def _count(self, method: str, code: str) -> None:
+        from switchboard.a2a.auth import METHOD_VERBS
+
+        label = method if method in METHOD_VERBS else "unknown"
+        self.services.metrics.a2a_calls.labels(label, code).inc()
+
+    async def _own(self, endpoint: Endpoint, task_id: str) -> TaskRecord:
+        record = await self.tasks.get(endpoint.id, task_id) if looks_like("td", task_id) else None
+        if record is None:
+            raise errors.task_not_found()
+        return record
+
+    # -- tasks -------------------------------------------------------------------------------------
+
+    @surface
+    async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
+        endpoint = caller(context)
+        message = params.message
+        if message.task_id:
+            raise errors.unsupported(
+                "follow-up messages to an existing task are not supported: send a new message, which "
+                "starts a new task"
+            )
+        if not message.parts:
+            raise errors.invalid("message.parts must not be empty")
+        meta = {**MessageToDict(params.metadata), **MessageToDict(message.metadata)}
+        queue, target = await self._target(endpoint, meta)
+        inline = await self._inline_config(params)
+        context_id = message.context_id or new_id("ctx")
+        if not _CONTEXT_ID.fullmatch(context_id):
+            raise errors.invalid("message.contextId must be 1-64 letters, digits, '.', '_', ':' or '-'")
+        stored = Message()
+        stored.CopyFrom(message)
+        stored.context_id = context_id
+        stored_json = storable(message_to_json(stored))
+        intent = SendIntent(endpoint.id, context_id, stored_json, inline)
+        todo = NewTodo(
+            endpoint_id=target.id,
+            queue=queue,
+            title=_title(message, endpoint.slug),
+            payload={
+                "a2a": {
+                    "from": endpoint.slug,
+                    "context_id": context_id,
+                    "message": json.loads(stored_json),
+                }
+            },
+            kind=A2A_KIND,
+            source=A2A_SOURCE,
+            verified=True,  # an authenticated endpoint sent it: the worker's doorbell may ring
+        )
+        with sending(intent):
+            created = await self.services.todos.create([todo])
+        record = await self._own(endpoint, created.created[0])
+        return task_view(
+            record,
+            history=_history(
+                params.configuration.history_length, params.configuration.HasField("history_length")
+            ),
+        )
+
+    async def _target(self, sender: Endpoint, meta: dict[str, Any]) -> tuple[str, Endpoint]:
+        """The queue the message names and the endpoint that will work it (docs/a2a.md, "Sending")."""
+        queue = meta.get("queue")
+        if not isinstance(queue, str) or not QUEUE.fullmatch(queue):
+            raise errors.invalid(
+                "message.metadata.queue must name a queue (lower-case letters, digits, '.', '_' or '-')"
+            )
+        slug = meta.get("endpoint")
+        if slug is not None:
+            if not isinstance(slug, str) or not SLUG.fullmatch(slug):
+                raise errors.invalid("message.metadata.endpoint must be an endpoint slug")
+            target = await self.services.accounts.endpoint_by_slug(slug)
+            if target is None or target.human_id != sender.human_id:
+                raise errors.invalid("no endpoint of yours by that name")
+            if queue not in target.queues:
+                raise errors.invalid("that endpoint does not drain that queue")
+            return queue, target
+        drains = [
+            e for e in await self.services.accounts.list_endpoints(sender.human_id) if queue in e.queues
+        ]
+        if not drains:
+            raise errors.invalid("none of your endpoints drains that queue")
+        if len(drains) > 1:
+            raise errors.invalid(
+                "several of your endpoints drain that queue: name one in message.metadata.endpoint"
+            )
+        return queue, drains[0]
+
+    async def _inline_config(self, params: SendMessageRequest) -> ConfigInput | None:
+        if not params.configuration.HasField("task_push_notification_config"):
+            return None
+        if not self.push_enabled:
+            raise errors.push_not_supported()
+        if self.ceiling < 1:
+            raise errors.ceiling_exceeded(self.ceiling)
+        return await _parse(
+            self.validator, params.configuration.task_push_notification_config, allow_mint=False
+        )
+
+    @surface
+    async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
+        record = await self._own(caller(context), params.id)
+        return task_view(record, history=_history(params.history_length, params.HasField("history_length")))
+
+    @surface
+    async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
+        endpoint = caller(context)
+        size = params.page_size if params.HasField("page_size") else DEFAULT_PAGE
+        if not 1 <= size <= MAX_PAGE:
+            raise errors.invalid(f"pageSize must be between 1 and {MAX_PAGE}")
+        if params.page_token and not looks_like("td", params.page_token):
+            raise errors.invalid("pageToken must be a nextPageToken from a previous ListTasks")
+        statuses = None
+        if params.status:
+            statuses = STATUSES_OF_STATE.get(params.status, ())
+        after = None
+        if params.HasField("status_timestamp_after"):
+            after = params.status_timestamp_after.ToMilliseconds()
+        records, total = await self.tasks.page(
+            endpoint.id,
+            context_id=params.context_id or None,
+            statuses=statuses,
+            updated_after_ms=after,
+            before=params.page_token or None,
+            limit=size,
+        )
+        history = _history(params.history_length, params.HasField("history_length"))
+        return ListTasksResponse(
+            tasks=[task_view(r, history=history) for r in records],
+            next_page_token=records[-1].id if len(records) == size else "",
+            page_size=size,
+            total_size=total,
+        )
+
+    @surface
+    async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
+        endpoint = caller(context)
+        record = await self._own(endpoint, params.id)
+        if record.status in TERMINAL_STATUSES or record.endpoint_id is None:
+            raise errors.not_cancelable(state_name(record.status))
+        moved = await self.services.todos.cancel(record.endpoint_id, record.id)
+        record = await self._own(endpoint, params.id)
+        if moved is None:
+            raise errors.not_cancelable(state_name(record.status))
+        return task_view(record)
+
+    # Streaming is not offered (the card says so): a stream would have to follow transitions made on
+    # every instance. The SDK calls these as async generators, hence the unreachable ``yield``.
+
+    async def on_message_send_stream(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event]:
+        self._count(str(context.state.get("method")), "unsupported")
+        raise errors.unsupported(
+            "streaming is not supported: use SendMessage, GetTask and push notifications"
+        )
+        yield  # pragma: no cover
+
+    async def on_subscribe_to_task(
+        self, params: SubscribeToTaskRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event]:
+        self._count(str(context.state.get("method")), "unsupported")
+        raise errors.unsupported("streaming is not supported: use GetTask and push notifications")
+        yield  # pragma: no cover
+
+    @surface
+    async def on_get_extended_agent_card(
+        self, params: GetExtendedAgentCardRequest, context: ServerCallContext
+    ) -> AgentCard:
+        raise ExtendedAgentCardNotConfiguredError("there is no extended agent card")
+
+    # -- push notification configs -----------------------------------------------------------------
+
+    async def _config_task(self, context: ServerCallContext, task_id: str) -> Endpoint:
+        """Push must be on (-32003 otherwise, A2A §3.3.4), and the task must be the caller's, checked
+        before any config is read (§13.1)."""
+        if not self.push_enabled:
+            raise errors.push_not_supported()
+        endpoint = caller(context)
+        await self._own(endpoint, task_id)
+        return endpoint
+
+    @surface
+    async def on_create_task_push_notification_config(
+        self, params: TaskPushNotificationConfig, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        endpoint = await self._config_task(context, params.task_id)
+        if self.ceiling < 1:
+            raise errors.ceiling_exceeded(self.ceiling)
+        item = await _parse(self.validator, params, allow_mint=True)
+        view = await self.configs.upsert(endpoint.id, params.task_id, item, self.ceiling)
+        if view is None:
+            raise errors.task_not_found()
+        log.info(
+            "a2a push config stored",
+            endpoint_id=endpoint.id,
+            task_id=params.task_id,
+            config=view.config_id,
+            host=item.host,
+        )
+        return config_view(view, reveal=item.credentials if item.minted else None)
+
+    @surface
+    async def on_get_task_push_notification_config(
+        self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        endpoint = await self._config_task(context, params.task_id)
+        view = await self.configs.get(endpoint.id, params.task_id, params.id)
+        if view is None:
+            raise errors.task_not_found(errors.CONFIG_NOT_FOUND)
+        return config_view(view)
+
+    @surface
+    async def on_list_task_push_notification_configs(
+        self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
+    ) -> ListTaskPushNotificationConfigsResponse:
+        endpoint = await self._config_task(context, params.task_id)
+        views = await self.configs.list_for_task(endpoint.id, params.task_id)
+        return ListTaskPushNotificationConfigsResponse(configs=[config_view(v) for v in views])
+
+    @surface
+    async def on_delete_task_push_notification_config(
+        self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> None:
+        endpoint = await self._config_task(context, params.task_id)
+        if await self.configs.delete(endpoint.id, params.task_id, params.id):
+            log.info(
+                "a2a push config deleted", endpoint_id=endpoint.id, task_id=params.task_id, config=params.id
+            )
+
+
+async def _parse(
+    validator: Validator, params: TaskPushNotificationConfig, *, allow_mint: bool
+) -> ConfigInput:
+    auth = params.authentication if params.HasField("authentication") else None
+    return await parse_config(
+        validator,
+        config_id=params.id,
+        url=params.url,
+        token=params.token,
+        scheme=auth.scheme if auth is not None else None,
+        credentials=auth.credentials if auth is not None else "",
+        allow_mint=allow_mint,
+    )
+
+
+def _history(length: int, present: bool) -> bool:
+    """The only history is the sent message: ``historyLength: 0`` leaves it out."""
+    return not present or length > 0
+
+
+def _title(message: Message, sender_slug: str) -> str:
+    text = " ".join(part.text for part in message.parts if part.text)
+    title = summary(text) if text else ""
+    return title or f"A2A message from {sender_slug}"
