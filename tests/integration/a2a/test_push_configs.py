@@ -3,6 +3,7 @@ task, refused with a clear error (and nothing stored) when the input or the targ
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import httpx
@@ -239,7 +240,10 @@ async def test_v03_config_methods_and_no_value_echoed_in_their_errors(env: Env) 
             url,
             json=call(
                 "tasks/pushNotificationConfig/set",
-                {"taskId": task.id, "pushNotificationConfig": {"id": "old", "url": env.url(), "token": TOKEN}},
+                {
+                    "taskId": task.id,
+                    "pushNotificationConfig": {"id": "old", "url": env.url(), "token": TOKEN},
+                },
             ),
         )
         listed = await http.post(url, json=call("tasks/pushNotificationConfig/list", {"id": task.id}))
@@ -254,3 +258,26 @@ async def test_v03_config_methods_and_no_value_echoed_in_their_errors(env: Env) 
     assert [c["pushNotificationConfig"]["id"] for c in listed.json()["result"]] == ["old"]
     assert "error" in bad.json() and leaked not in bad.text
     assert await env.config_count() == 1
+
+
+async def test_config_operations_on_postgresql(tmp_path: Path, pg_url: str) -> None:
+    """The same rules where the ceiling's row lock is a real ``FOR UPDATE``."""
+    async with a2a_env(tmp_path, database_url=pg_url, a2a_push_configs_per_task=2) as env:
+        _, token = await env.endpoint("client")
+        await env.worker()
+        client = await env.client(token)
+        task = await send(client, message())
+        results = await asyncio.gather(
+            *(
+                client.create_task_push_notification_config(
+                    push_config(env.url(f"/{n}"), task_id=task.id, token=TOKEN)
+                )
+                for n in range(4)
+            ),
+            return_exceptions=True,
+        )
+        assert sum(isinstance(r, InvalidParamsError) for r in results) == 2  # racing creates: two fit
+        listed = (await client.list_task_push_notification_configs(_list(task.id))).configs
+        assert len(listed) == 2 and {c.token for c in listed} == {"[redacted]"}
+        await client.delete_task_push_notification_config(_delete(task.id, listed[0].id))
+        assert await env.config_count() == 1
