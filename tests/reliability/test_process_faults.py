@@ -246,20 +246,9 @@ async def kill_cycle(
     return CycleStats(len(answered), len(unanswered), len(committed_unanswered), len(created))
 
 
-PG_DEDUP_BUG = (
-    "src/switchboard/store/todos.py:151-162 (TodoStore._insert_ignore): ON CONFLICT's index_where is built "
-    "from todos.c.status.in_(LIVE_STATUSES), which asyncpg sends as bound parameters. From the 6th execution "
-    "of the prepared INSERT on one pooled connection PostgreSQL switches to a generic plan, cannot prove the "
-    "parameterised predicate implies uq_todos_live_dedup's WHERE, and raises 'there is no unique or "
-    "exclusion constraint matching the ON CONFLICT specification': ingest answers 500 to every delivery "
-    "that carries a delivery id. Fix: index_where=text(\"status IN ('pending', 'claimed', 'failed') AND "
-    "dedup_key IS NOT NULL\") (the index's own predicate, as literals)."
-)
 ENGINES = [
     "sqlite",
-    pytest.param(
-        "postgresql", marks=[pytest.mark.postgres, pytest.mark.xfail(strict=True, reason=PG_DEDUP_BUG)]
-    ),
+    pytest.param("postgresql", marks=[pytest.mark.postgres]),
 ]
 
 
@@ -614,11 +603,10 @@ async def test_soak_two_instances_killed_in_turn(
     await fleet_scenario(tmp_path, pg_url, rounds=6, n_todos=1000)
 
 
-# --- 3. The PostgreSQL dedup insert, on its own (found by the burst above) --------------------------------
+# --- 3. The PostgreSQL dedup insert, on its own (a regression test: the burst above found it) --------------------------------
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(strict=True, reason=PG_DEDUP_BUG)
 async def test_postgresql_ingest_with_delivery_ids_survives_statement_reuse(
     tmp_path: Path, pg_url: str
 ) -> None:

@@ -32,6 +32,10 @@ metadata = MetaData(
 )
 
 LIVE_STATUSES = ("pending", "claimed", "failed")
+# The live-dedup partial index's predicate, as literal SQL. ON CONFLICT must repeat it literally: with
+# bound parameters PostgreSQL cannot match the index once a prepared statement goes to a generic plan
+# (after 5 executions on one connection), and every insert fails.
+LIVE_DEDUP_PREDICATE = text("status IN ('pending', 'claimed', 'failed') AND dedup_key IS NOT NULL")
 
 humans = Table(
     "humans",
@@ -121,8 +125,8 @@ todos = Table(
         "uq_todos_live_dedup",
         "dedup_key",
         unique=True,
-        sqlite_where=text("status IN ('pending', 'claimed', 'failed') AND dedup_key IS NOT NULL"),
-        postgresql_where=text("status IN ('pending', 'claimed', 'failed') AND dedup_key IS NOT NULL"),
+        sqlite_where=LIVE_DEDUP_PREDICATE,
+        postgresql_where=LIVE_DEDUP_PREDICATE,
     ),
 )
 

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from switchboard.clock import Clock, ms
 from switchboard.ids import todo_id
 from switchboard.store.db import Database
-from switchboard.store.schema import LIVE_STATUSES, todos
+from switchboard.store.schema import LIVE_DEDUP_PREDICATE, LIVE_STATUSES, todos
 from switchboard.store.transitions import Transition, TransitionHub
 
 _MOVED = (
@@ -160,7 +160,7 @@ class TodoStore:
         return CreateResult([t.todo_id for t in created], dedup)
 
     def _insert_ignore(self, values: dict[str, Any]) -> Any:
-        where = and_(todos.c.status.in_(LIVE_STATUSES), todos.c.dedup_key.is_not(None))
+        where = LIVE_DEDUP_PREDICATE
         if self.db.is_sqlite:
             return (
                 sqlite_insert(todos)
