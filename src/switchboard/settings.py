@@ -35,7 +35,7 @@ class Settings(BaseSettings):
     notify_hook_allow_cidrs: str = ""
     notify_hook_ceiling: int = 5
     notify_queue_size: int = 10_000
-    notify_workers: int = 16
+    notify_workers: int = 32
     notify_rate_per_minute: int = 120
     notify_grace_hours: float = 24.0
 

@@ -6,8 +6,9 @@ Shape, and why:
 * One bounded queue per instance (REQ-7). Full: the notification is dropped and counted, and a warning
   names the hook (never the URL); sustained overflow coalesces warnings per reason per window.
 * Workers never sleep: a retry is a timer that re-enqueues, so a dead receiver holds a worker only for
-  the attempt itself, and at most ``per_hook_inflight`` workers per hook; the rest of the pool keeps
-  serving other tenants.
+  the attempt itself. At most ``per_owner_inflight`` attempts run at once for one owning human, across
+  all their endpoints and hooks (a tenant may hold several endpoints of 5 hooks each); the rest wait in
+  that owner's bounded backlog, and the rest of the pool keeps serving other tenants.
 * Pending attempts live only in memory (REQ-7): a restart loses them, and the todo stays claimable.
 """
 
@@ -60,6 +61,7 @@ class Notification:
     type: str  # todo.ready | todos.backlog
     hook_id: str
     endpoint_id: str
+    owner_id: str
     todo_id: str | None
     body: bytes
     attempts: int = 0
@@ -130,7 +132,8 @@ class Dispatcher:
         clock: Clock,
         queue_size: int = 10_000,
         workers: int = 16,
-        per_hook_inflight: int = 4,
+        per_owner_inflight: int = 4,
+        per_owner_backlog: int = 1000,
         rate_per_minute: float = 120,
         retry_delays: Sequence[float] = (1.0, 5.0),
         drain_timeout: float = 5.0,
@@ -139,7 +142,8 @@ class Dispatcher:
         self.sender, self.metrics, self.clock = sender, metrics, clock
         self.queue: asyncio.Queue[Notification] = asyncio.Queue(maxsize=queue_size)
         self.worker_count = workers
-        self.per_hook_inflight = per_hook_inflight
+        self.per_owner_inflight = per_owner_inflight
+        self.per_owner_backlog = per_owner_backlog
         self.limiter = RateLimiter(clock, rate_per_minute, burst=rate_per_minute)
         self.retry_delays = tuple(retry_delays)
         self.drain_timeout = drain_timeout
@@ -173,7 +177,11 @@ class Dispatcher:
             if not hook.ignore_presence and endpoint.effective_presence == "out":
                 continue
             body = body or bodies.todo_ready(t, endpoint.slug, now)
-            self._offer(Notification(new_message_id(), "todo.ready", hook.id, endpoint.id, t.todo_id, body))
+            self._offer(
+                Notification(
+                    new_message_id(), "todo.ready", hook.id, endpoint.id, endpoint.human_id, t.todo_id, body
+                )
+            )
 
     def on_unmatched_drop(self, t: Transition) -> None:
         """The hub's queue was full: dropped before any hook was matched, so log endpoint and todo ids."""
@@ -204,7 +212,11 @@ class Dispatcher:
                 continue
             age = max(0, int(now - oldest / 1000))
             body = bodies.todos_backlog(endpoint.slug, reason, pending, queues, age, now)
-            self._offer(Notification(new_message_id(), "todos.backlog", hook.id, endpoint.id, None, body))
+            self._offer(
+                Notification(
+                    new_message_id(), "todos.backlog", hook.id, endpoint.id, endpoint.human_id, None, body
+                )
+            )
 
     def _offer(self, n: Notification) -> None:
         if not self.limiter.allow(n.hook_id):
@@ -265,23 +277,29 @@ class Dispatcher:
             n = await self.queue.get()
             self.metrics.notify_queue_depth.set(self.queue.qsize())
             try:
-                if self._inflight[n.hook_id] >= self.per_hook_inflight:
-                    self._parked[n.hook_id].append(n)  # fairness: one hook never holds every worker
+                owner = n.owner_id
+                if self._inflight[owner] >= self.per_owner_inflight:
+                    # Fairness: one tenant never holds more than its share of the pool.
+                    parked = self._parked[owner]
+                    if len(parked) >= self.per_owner_backlog:
+                        self._dropped(n, "owner_backlog_full")
+                    else:
+                        parked.append(n)
                     continue
-                self._inflight[n.hook_id] += 1
+                self._inflight[owner] += 1
                 self._busy += 1
                 try:
                     await self._attempt(n)
                 finally:
                     self._busy -= 1
-                    self._inflight[n.hook_id] -= 1
-                    if self._inflight[n.hook_id] == 0:
-                        del self._inflight[n.hook_id]
-                    parked = self._parked.get(n.hook_id)
-                    if parked:
-                        self._put(parked.popleft())
-                        if not parked:
-                            del self._parked[n.hook_id]
+                    self._inflight[owner] -= 1
+                    if self._inflight[owner] == 0:
+                        del self._inflight[owner]
+                    waiting = self._parked.get(owner)
+                    if waiting:
+                        self._put(waiting.popleft())
+                        if not waiting:
+                            del self._parked[owner]
             finally:
                 self.queue.task_done()
                 self._check_idle()
