@@ -1,32 +1,40 @@
-"""The one Validator and Sender a server instance uses for every outbound call (notify hooks, A2A push),
-configured from the operator's settings and the test seams on Services."""
+"""The Validator and Sender every outbound call goes through (notify hooks, A2A push), configured from
+the operator's settings and the test seams on Services. One pair per allowlist, cached per instance:
+notify hooks and A2A push have separate allowlists, and everything else is shared."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from switchboard.push import Sender, Validator
 from switchboard.services import Services
 
 
-def validator_for(services: Services) -> Validator:
-    cached = services.extras.get("validator")
-    if isinstance(cached, Validator):
-        return cached
+def parse_cidrs(value: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+def outbound_for(services: Services, allow_cidrs: Sequence[str]) -> tuple[Validator, Sender]:
+    cache: dict[tuple[str, ...], tuple[Validator, Sender]] = services.extras.setdefault("outbound", {})
+    key = tuple(allow_cidrs)
+    if key in cache:
+        return cache[key]
     s = services.settings
-    listen = [(s.listen_host, s.listen_port)]
     validator = Validator(
         allow_http=s.push_allow_http,
-        allow_cidrs=s.allow_cidrs(),
-        listen_addresses=listen,
+        allow_cidrs=tuple(allow_cidrs),
+        listen_addresses=[(s.listen_host, s.listen_port)],
         resolver=services.resolver,
     )
-    services.extras["validator"] = validator
-    return validator
+    cache[key] = (validator, Sender(validator, ssl_context=services.ssl_context))
+    return cache[key]
 
 
-def sender_for(services: Services) -> Sender:
-    cached = services.extras.get("sender")
-    if isinstance(cached, Sender):
-        return cached
-    sender = Sender(validator_for(services), ssl_context=services.ssl_context)
-    services.extras["sender"] = sender
-    return sender
+def notify_outbound(services: Services) -> tuple[Validator, Sender]:
+    """Notify hooks: SWITCHBOARD_NOTIFY_HOOK_ALLOW_CIDRS."""
+    return outbound_for(services, services.settings.allow_cidrs())
+
+
+def a2a_outbound(services: Services) -> tuple[Validator, Sender]:
+    """A2A push: SWITCHBOARD_A2A_PUSH_ALLOW_CIDRS."""
+    return outbound_for(services, parse_cidrs(services.settings.a2a_push_allow_cidrs))

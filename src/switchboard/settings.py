@@ -86,6 +86,7 @@ class Settings(BaseSettings):
         return f"sqlite+aiosqlite:///{(self.data_dir / 'switchboard.db').resolve()}"
 
     def allow_cidrs(self) -> tuple[str, ...]:
+        """The notify-hook allowlist (SWITCHBOARD_NOTIFY_HOOK_ALLOW_CIDRS)."""
         return tuple(part.strip() for part in self.notify_hook_allow_cidrs.split(",") if part.strip())
 
 

@@ -31,7 +31,7 @@ from switchboard.a2a.outbox import OutboxStore
 from switchboard.a2a.tasks import A2A_SOURCE, TaskStore
 from switchboard.a2a.worker import DeliveryWorker, Policy
 from switchboard.obs.logs import get_logger
-from switchboard.push import Sender, Validator
+from switchboard.outbound import a2a_outbound
 from switchboard.services import Services
 from switchboard.store.transitions import Transition
 
@@ -68,31 +68,12 @@ def guard_sdk_logs() -> None:
             logger.addFilter(_GUARD)
 
 
-def push_outbound(services: Services) -> tuple[Validator, Sender]:
-    """The SSRF guard and sender for A2A push: the shared ``switchboard.push`` core, configured with
-    the A2A allowlist. Cached per instance."""
-    cached = services.extras.get("a2a_outbound")
-    if isinstance(cached, tuple):
-        return cached  # type: ignore[return-value]
-    s = services.settings
-    allow = tuple(part.strip() for part in s.a2a_push_allow_cidrs.split(",") if part.strip())
-    validator = Validator(
-        allow_http=s.push_allow_http,
-        allow_cidrs=allow,
-        listen_addresses=[(s.listen_host, s.listen_port)],
-        resolver=services.resolver,
-    )
-    sender = Sender(validator, ssl_context=services.ssl_context)
-    services.extras["a2a_outbound"] = (validator, sender)
-    return validator, sender
-
-
 class A2AComponent:
     def __init__(self, services: Services, *, policy: Policy | None = None) -> None:
         s = services.settings
         self.services = services
         self.push_enabled = s.a2a_push_enabled
-        validator, sender = push_outbound(services)
+        validator, sender = a2a_outbound(services)
         self.tasks = TaskStore(services.db)
         self.configs = ConfigStore(services.db, services.envelope, services.clock)
         self.outbox = OutboxStore(services.db)

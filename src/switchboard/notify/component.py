@@ -14,7 +14,7 @@ from switchboard.notify.mcp import registrar
 from switchboard.notify.service import NotifyHooks
 from switchboard.notify.store import HookStore
 from switchboard.obs.logs import get_logger
-from switchboard.outbound import sender_for, validator_for
+from switchboard.outbound import notify_outbound
 from switchboard.services import Services
 
 log = get_logger("switchboard.notify")
@@ -29,12 +29,13 @@ class NotifyComponent:
         self.store = HookStore(
             services.db, services.envelope, services.clock, grace_seconds=s.notify_grace_hours * 3600
         )
-        self.verbs = NotifyHooks(self.store, validator_for(services), s.notify_hook_ceiling)
+        validator, sender = notify_outbound(services)
+        self.verbs = NotifyHooks(self.store, validator, s.notify_hook_ceiling)
         self.dispatcher = Dispatcher(
             hooks=self.store,
             accounts=services.accounts,
             todos=services.todos,
-            sender=sender_for(services),
+            sender=sender,
             metrics=services.metrics,
             clock=services.clock,
             queue_size=s.notify_queue_size,

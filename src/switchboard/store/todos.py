@@ -192,13 +192,7 @@ class TodoStore:
         stmt = (
             update(todos)
             .where(todos.c.id == pick, todos.c.status == "pending")
-            .values(
-                status="claimed",
-                attempt=todos.c.attempt + 1,
-                lease_expires_at=ms(now + lease_seconds),
-                retry_at=None,
-                updated_at=ms(now),
-            )
+            .values(**_claimed(now, lease_seconds))
             .returning(*todos.c)
         )
         return await self._move_one(stmt, "claimed", None, now)
@@ -215,13 +209,7 @@ class TodoStore:
                 todos.c.status == "pending",
                 todos.c.queue.in_(queues),
             )
-            .values(
-                status="claimed",
-                attempt=todos.c.attempt + 1,
-                lease_expires_at=ms(now + lease_seconds),
-                retry_at=None,
-                updated_at=ms(now),
-            )
+            .values(**_claimed(now, lease_seconds))
             .returning(*todos.c)
         )
         return await self._move_one(stmt, "claimed", None, now)
@@ -410,6 +398,17 @@ class TodoStore:
         total = sum(int(r[1]) for r in rows)
         oldest = min((int(r[2]) for r in rows), default=None)
         return total, sorted(str(r[0]) for r in rows), oldest
+
+
+def _claimed(now: float, lease_seconds: float) -> dict[str, Any]:
+    """What a claim writes, by claim_next and claim alike: the attempt counts claims."""
+    return {
+        "status": "claimed",
+        "attempt": todos.c.attempt + 1,
+        "lease_expires_at": ms(now + lease_seconds),
+        "retry_at": None,
+        "updated_at": ms(now),
+    }
 
 
 def _insert_values(item: NewTodo, now_ms: int) -> dict[str, Any]:
