@@ -9,7 +9,9 @@ from switchboard.clock import Clock
 
 
 class RateLimiter:
-    def __init__(self, clock: Clock, per_minute: float, *, burst: float | None = None, max_keys: int = 100_000):
+    def __init__(
+        self, clock: Clock, per_minute: float, *, burst: float | None = None, max_keys: int = 100_000
+    ):
         self.clock = clock
         self.rate = per_minute / 60.0
         self.burst = burst if burst is not None else max(1.0, per_minute)
