@@ -57,6 +57,7 @@ async def _main(args: argparse.Namespace) -> int:
         "load_before": load_average(),
         "quick": args.quick,
         "results_dir": str(root),
+        "git": report.git_info(),
     }
     results: dict[str, Any] = {}
     client = ClientProc()

@@ -173,8 +173,13 @@ async def job_ingest(spec: dict[str, Any]) -> dict[str, Any]:
         tasks.add(task)
         task.add_done_callback(tasks.discard)
         sent_count += 1
+    unfinished = 0
     if tasks:
-        await asyncio.wait(tasks, timeout=max(deadline - time.monotonic(), 1.0))
+        _, pending = await asyncio.wait(tasks, timeout=max(deadline - time.monotonic(), 1.0))
+        unfinished = len(pending)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
     pool.close()
     ended = time.monotonic()
     return {
@@ -185,6 +190,7 @@ async def job_ingest(spec: dict[str, Any]) -> dict[str, Any]:
         "latency_from_schedule": from_schedule,
         "latency_service": service,
         "late_sends": late,
+        "unfinished": unfinished,
         "elapsed": ended - started,
         "first_send": first_send,
         "last_done": last_done,

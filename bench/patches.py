@@ -12,11 +12,13 @@ keep the guarantees the real change would have to keep; none is used by ``python
   exact tuple of validated IPs) for a few seconds, instead of a new pool, TCP connection and TLS
   handshake per attempt. Every attempt still validates first, and a connection is only reused when that
   validation produced the same addresses, so no connection outlives a validation that would refuse it.
-* ``match_cache``: ``Dispatcher.on_transition`` reuses an endpoint's hook list and scope for one second
-  instead of two database reads per transition (``sendable`` stays a fresh read before every attempt, so
-  a deleted or disabled hook still gets no attempt).
+* ``match_cache``: ``Dispatcher.on_transition`` reuses an endpoint's hook list and scope for up to
+  ``MATCH_TTL`` seconds instead of two database reads per transition (``sendable`` stays a fresh read
+  before every attempt, so a deleted or disabled hook still gets no attempt). A real change would
+  invalidate on hook and scope writes (and a version column across instances) instead of a TTL.
 * ``lazy_health``: ``record_delivered`` skips the write when the hook's recorded health would not change
-  (already 0 failures, same status, no error) and the last write is under one second old.
+  (already 0 failures, same status, no error) and ``last_attempt_at`` was written under
+  ``HEALTH_REFRESH`` seconds ago (so it may lag by that much).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from contextlib import asynccontextmanager
 from typing import Any, cast
 
 PATCHES: dict[str, Callable[[], None]] = {}
+MATCH_TTL = 5.0
+HEALTH_REFRESH = 10.0
 
 
 def patch(fn: Callable[[], None]) -> Callable[[], None]:
@@ -152,7 +156,7 @@ def keepalive() -> None:
 
 
 class _Cached:
-    """Forwards to ``inner``; ``method`` answers from a one-second cache per argument."""
+    """Forwards to ``inner``; ``method`` answers from a ``MATCH_TTL`` cache per argument."""
 
     def __init__(self, inner: Any, method: str) -> None:
         self._inner, self._method = inner, method
@@ -164,7 +168,7 @@ class _Cached:
 
         async def cached(key: str) -> Any:
             hit = self._cache.get(key)
-            if hit is not None and time.monotonic() - hit[0] < 1.0:
+            if hit is not None and time.monotonic() - hit[0] < MATCH_TTL:
                 return hit[1]
             value = await getattr(self._inner, name)(key)
             self._cache[key] = (time.monotonic(), value)
@@ -203,7 +207,7 @@ def lazy_health() -> None:
     async def record_delivered(self: Any, hook_id: str, status: int) -> None:
         hit = healthy.get(hook_id)
         now = time.monotonic()
-        if hit is not None and hit[0] == status and now - hit[1] < 1.0:
+        if hit is not None and hit[0] == status and now - hit[1] < HEALTH_REFRESH:
             return
         await orig(self, hook_id, status)
         healthy[hook_id] = (status, now)

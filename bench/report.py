@@ -67,6 +67,30 @@ def _postgres_version() -> str:
     return out.stdout.strip()
 
 
+def git_info() -> dict[str, Any]:
+    repo = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "src"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout.splitlines()
+    except OSError:
+        return {"head": "unknown", "src_dirty": []}
+    return {"head": head, "src_dirty": dirty}
+
+
 def machine_info() -> dict[str, Any]:
     versions = {}
     for name in PACKAGES:
@@ -138,11 +162,18 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str]]:
         for db in ("sqlite", "postgres"):
             r = s4.get(db, {})
             if "double_claims" in r:
+                clean = (
+                    r["double_claims"] == 0
+                    and r["db_attempt_gt_1"] == 0
+                    and r["db_still_claimed"] == 0
+                    and r["db_done"] == r["completed"]
+                )
                 rows.append(
                     (
                         f"no double claim ({db})",
-                        f"{r['double_claims']} double, {r['db_attempt_gt_1']} re-claimed",
-                        _target(r["double_claims"] == 0 and r["db_attempt_gt_1"] == 0),
+                        f"{r['double_claims']} double, {r['db_attempt_gt_1']} claimed twice, "
+                        f"{r['db_done']:,} done = {r['completed']:,} acked",
+                        _target(clean),
                     )
                 )
     return rows
@@ -264,6 +295,13 @@ def _render(meta: dict[str, Any], results: dict[str, Any]) -> list[str]:
         "(other engineers' test runs share the machine).",
         f"* Python {m.get('python')}, SQLite {m.get('sqlite')}, {m.get('postgres')}, {m.get('openssl')}.",
         "* Packages: " + ", ".join(f"{k} {v}" for k, v in pk.items()) + ".",
+        f"* Code: commit `{meta.get('git', {}).get('head', '?')}`"
+        + (
+            f", with {len(meta['git']['src_dirty'])} uncommitted change(s) under src/ at the start of the run"
+            if meta.get("git", {}).get("src_dirty")
+            else ", src/ clean"
+        )
+        + ".",
         f"* Raw results: `{Path(meta['results_dir']).name}/results.json` under `bench/results/` (git-ignored).",
         "",
     ]
@@ -409,6 +447,14 @@ def _s2(r: dict[str, Any]) -> list[str]:
         ["sender", "POSTs/s (mean)", "per round", "sender CPU (cores) per round", "Switchboard / this"], rows
     )
     lat = r["rounds_detail"][0]["switchboard"]
+    if "one_owner_burst" in r:
+        one = r["one_owner_burst"]
+        out += [
+            f"Same burst with one human owning all {r['endpoints']} endpoints (fresh server): "
+            f"{_rate(one['rate'])} POSTs/s ({one['rate'] / br['switchboard']:.2f}x the multi-tenant burst), "
+            f"server CPU {one['cpu'].get('server', 0):.2f} cores.",
+            "",
+        ]
     out += [
         f"Switchboard burst, round 1: todos committed in {lat['ingest_seconds']:.2f} s of ingest; notification latency "
         f"(title stamp to receiver) p50 {_ms(lat['latency_stamp']['p50'])} ms, p99 {_ms(lat['latency_stamp']['p99'])} ms, "
@@ -481,15 +527,19 @@ def _s3(r: dict[str, Any]) -> list[str]:
     out += [
         f"* RSS: {r['rss_start_kib'] / 1024:.1f} MiB after start, peak {r['rss_peak_kib'] / 1024:.1f} MiB, growth "
         f"{r['rss_growth_kib'] / 1024:.1f} MiB; {r['rss_settled_kib'] / 1024:.1f} MiB once settled.",
-        f"* Counters once settled: {fmt(f['created'], 0)} created transitions = {fmt(f['hub_overflow'], 0)} dropped at the "
-        f"transition hub (counted only in `switchboard_transition_subscriber_errors_total`) + {fmt(a['matched'], 0)} "
-        f"matched; of those, {fmt(f['dropped'], 0)} dropped by the dispatcher "
-        f'(`switchboard_notify_hook_notifications_total{{outcome="dropped"}}`), {fmt(f["queue_depth"], 0)} queued, '
-        f"{fmt(a['reached_workers'], 0)} reached a worker ({fmt(f['attempts_total'], 0)} attempts so far, "
-        f"{fmt(a['hang_receiver_connections'])} connections seen by the dead receiver).",
-        f"* Drop warnings in the log: {fmt(a['drops_logged_total'])} drops reported ("
+        f"* Counters once settled: {fmt(f['created'], 0)} todo.created transitions; {fmt(f['hub_overflow'], 0)} never "
+        f"reached the notify subscriber (the transition hub's queue for it was full); they are counted in "
+        f'`switchboard_transition_subscriber_errors_total{{subscriber="notify_hooks",error="overflow"}}` and '
+        f'**not** in `switchboard_notify_hook_notifications_total{{outcome="dropped"}}`, which counts '
+        f"{fmt(f['dropped'], 0)} drops by the dispatcher itself. Queue depth {fmt(f['queue_depth'], 0)}, "
+        f"{fmt(f['attempts_total'], 0)} attempts made ({fmt(a['hang_receiver_connections'])} connections seen by the "
+        f"dead receiver), {fmt(f['failed'], 0)} deliveries failed, {fmt(f['disabled'], 0)} hooks auto-disabled.",
+        f"* The log against the counters: the coalesced `notification dropped` warnings report "
+        f"{fmt(a['drops_logged_total'])} drops ("
         + (", ".join(f"{k}: {fmt(v)}" for k, v in a["drops_logged"].items()) or "none")
-        + f") against {fmt(f['dropped'], 0)} counted; {a['hub_overflow_warnings']} hub overflow warnings.",
+        + f") of the {fmt(f['dropped'], 0)} counted (a window's remainder is only reported by the next warning); "
+        f"{a['hub_overflow_warnings']} `transition dropped` warnings, the last reporting "
+        f"{fmt(a.get('hub_overflow_logged_total', 0))} of {fmt(f['hub_overflow'], 0)} (one warning per 1,000).",
         f"* Database: {', '.join(f'{k} {fmt(v)}' for k, v in r['db_statuses'].items())}; claimable (pending, on a queue in "
         f"its endpoint's scope) {fmt(r['db_claimable'])}. Over MCP, {r['mcp_claim']['agents']} endpoints claimed and acked "
         f"{r['mcp_claim']['claimed']} of {r['mcp_claim']['wanted']} wanted ({r['mcp_claim']['unique']} distinct, errors: "
@@ -581,4 +631,21 @@ def _s5(r: dict[str, Any]) -> list[str]:
     out += _table(
         ["entry point", "share"], [[c["entry"], f"{c['share'] * 100:.1f}%"] for c in r["entry_points"]]
     )
+    iso = r.get("isolation_closed", {})
+    if "by_component" in iso:
+        d = iso["dispatcher"]
+        out += [
+            f"Scenario 1, closed-ports variant, profiled for {iso['sampled_seconds']:.1f} s: server CPU "
+            f"{iso['server_cpu_cores']:.2f} cores, ingest p50 {_ms(iso['ingest']['p50'])} ms / p99 "
+            f"{_ms(iso['ingest']['p99'])} ms under the profiler; {fmt(d['attempts'].get('network', 0), 0)} failed "
+            "attempts meanwhile. Self time by component, then the entry points:",
+            "",
+        ]
+        out += _table(
+            ["component", "share"],
+            [[c["component"], f"{c['share'] * 100:.1f}%"] for c in iso["by_component"] if c["share"] >= 0.01],
+        )
+        out += _table(
+            ["entry point", "share"], [[c["entry"], f"{c['share'] * 100:.1f}%"] for c in iso["entry_points"]]
+        )
     return out

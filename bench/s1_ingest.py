@@ -15,10 +15,12 @@ server's CPU, and what the dispatcher did meanwhile (from /metrics). Ratios are 
 
 from __future__ import annotations
 
+import signal
+from pathlib import Path
 from typing import Any
 
 from bench.common import CpuMeter, closed_port, metric, ratio, summarize_ms
-from bench.context import Bench, running
+from bench.context import Bench, running, wait_until
 from bench.procs import ReceiverProc
 from bench.world import build_world
 
@@ -41,9 +43,22 @@ def _hook_urls(variant: str, ports: list[int]) -> list[list[str]]:
     ]
 
 
-async def _one_run(b: Bench, variant: str, ports: list[int], tag: str, measure: float) -> dict[str, Any]:
+async def one_run(
+    b: Bench,
+    variant: str,
+    ports: list[int],
+    tag: str,
+    measure: float,
+    patches: tuple[str, ...] = (),
+    profile: bool = False,
+) -> dict[str, Any]:
+    """One variant on a fresh server; ``patches`` only for ``python -m bench.whatif``; ``profile``
+    samples the measured window (scenario 5)."""
     name = f"s1-{variant}-{tag}"
     server = b.server(name, b.settings(name))
+    server.patches = list(patches)
+    if profile:
+        server.profile_path = str(server.workdir / "profile.pyisession")
     world = await build_world(server.settings, endpoints=ENDPOINTS, hook_urls=_hook_urls(variant, ports))
     targets = [s.target() for s in world.own_sources]
     async with running(server, kill=True):
@@ -51,6 +66,8 @@ async def _one_run(b: Bench, variant: str, ports: list[int], tag: str, measure: 
             "ingest",
             {"port": server.port, "targets": targets, "rate": RATE, "count": int(RATE * WARMUP_SECONDS)},
         )
+        if profile:
+            server.signal(signal.SIGUSR1)
         meter = CpuMeter({"server": server.pid, "client": b.client.pid})
         meter.start()
         result = await b.client.run(
@@ -66,9 +83,18 @@ async def _one_run(b: Bench, variant: str, ports: list[int], tag: str, measure: 
         )
         cpu = meter.stop()
         m = await server.metrics()
+        if profile:
+            server.signal(signal.SIGUSR2)
+            done = Path(f"{server.profile_path}.done")
+
+            async def saved() -> bool:
+                return done.exists()
+
+            await wait_until(saved, timeout=60)
     ok = sum(n for status, n in result["statuses"].items() if 200 <= int(status) < 300)
     return {
         "variant": variant,
+        "profile_path": server.profile_path,
         "hooks": world.hooks,
         "latency": result["latency_from_schedule"],
         "summary": summarize_ms(result["latency_from_schedule"]),
@@ -107,7 +133,7 @@ async def run(b: Bench) -> dict[str, Any]:
                 done += 1
                 b.progress.phase(f"s1 ingest isolation: {variant} ({done}/{total})", measure + 8)
                 ports = hang.ports if variant == "hang" else closed
-                runs.append(await _one_run(b, variant, ports, f"r{r}", measure))
+                runs.append(await one_run(b, variant, ports, f"r{r}", measure))
         hang_stats = await hang.stats()
     finally:
         await hang.stop()

@@ -3,6 +3,8 @@
 One server (SQLite), ``ENDPOINTS`` endpoints with one hook each, every hook on the same HTTPS receiver
 (another process). Phases, in one run:
 
+Every endpoint belongs to its own human (a multi-tenant instance), except in the last phase.
+
 1. warm-up (connections, caches, first TLS handshakes) and the Switchboard body size;
 2. ``ROUNDS`` rounds of three bursts of ``BURST`` POSTs to the same receiver:
    * Switchboard: ``BURST`` todos created by fan-out deliveries (one signed delivery routed to all
@@ -18,7 +20,9 @@ One server (SQLite), ``ENDPOINTS`` endpoints with one hook each, every hook on t
 4. sustained ``LOW_RATE`` todos/s (the latency target's rate) and then ``HIGH_RATE`` todos/s (the
    throughput target's rate), from fan-out deliveries (10 sources, each routed to 10 endpoints, so
    ``rate/10`` deliveries/s): one todo per delivery at these rates would measure ingest, which saturates
-   first on this machine (scenario 1), instead of dispatch.
+   first on this machine (scenario 1), instead of dispatch;
+5. the same Switchboard burst on a fresh server where one human owns all the endpoints: the
+   dispatcher's fairness is per owning human, so this is what a single-owner (homelab) instance gets.
 
 Latency is measured at the receiver: the load generator writes ``t=<time.time()>`` into the PR title just
 before sending the delivery, and it comes back in ``summary``. So the interval covers the inbound
@@ -42,11 +46,11 @@ from bench.procs import ReceiverProc, ServerProc
 from bench.world import World, build_world
 
 ENDPOINTS = 100
-BURST = 3000
+BURST = 2000
 ROUNDS = 2
 PEER_CONCURRENCY = 16
-LIGHT_RATE, LIGHT_SECONDS = 50.0, 15.0
-LOW_RATE, LOW_SECONDS = 300.0, 15.0
+LIGHT_RATE, LIGHT_SECONDS = 50.0, 10.0
+LOW_RATE, LOW_SECONDS = 300.0, 10.0
 HIGH_RATE, HIGH_SECONDS = 1000.0, 10.0
 WARMUP_TODOS = 500
 RATE_PER_MINUTE = 60_000
@@ -61,7 +65,9 @@ def settings_overrides() -> dict[str, Any]:
     return {"notify_rate_per_minute": RATE_PER_MINUTE}
 
 
-async def setup(b: Bench, name: str, receiver: ReceiverProc) -> tuple[ServerProc, World]:
+async def setup(
+    b: Bench, name: str, receiver: ReceiverProc, owners: str = "per_endpoint"
+) -> tuple[ServerProc, World]:
     server = b.server(name, b.settings(name, **settings_overrides()))
     port = receiver.ports[0]
     groups = [list(range(g, ENDPOINTS, HIGH_GROUPS)) for g in range(HIGH_GROUPS)]
@@ -70,6 +76,7 @@ async def setup(b: Bench, name: str, receiver: ReceiverProc) -> tuple[ServerProc
         endpoints=ENDPOINTS,
         fanout_groups=[list(range(ENDPOINTS)), *groups],
         hook_urls=[[f"https://{RECEIVER_HOST}:{port}/sb/{i}"] for i in range(ENDPOINTS)],
+        owners=owners,
     )
     return server, world
 
@@ -298,7 +305,14 @@ async def run(b: Bench) -> dict[str, Any]:
             )
             b.progress.phase(f"s2 dispatch: sustained {LOW_RATE:.0f}/s", low_seconds + 15)
             low = await sustained(
-                b, server, receiver, fan_targets, ENDPOINTS // HIGH_GROUPS, LOW_RATE, low_seconds
+                b,
+                server,
+                receiver,
+                fan_targets,
+                ENDPOINTS // HIGH_GROUPS,
+                LOW_RATE,
+                low_seconds,
+                drain_timeout=30.0,
             )
             b.progress.phase(f"s2 dispatch: sustained {HIGH_RATE:.0f}/s", high_seconds + 15)
             high = await sustained(
@@ -323,6 +337,15 @@ async def run(b: Bench) -> dict[str, Any]:
             row[0]: int(row[1])
             for row in sqlite_rows(server.settings["data_dir"], "SELECT id, created_at FROM todos")
         }
+
+        # The dispatcher's fairness is per owning human: one human owning every endpoint (a homelab) gets
+        # at most its per-owner share of attempts in flight. Same burst, fresh server.
+        b.progress.phase("s2 dispatch: burst with one human owning every endpoint", burst / 100 + 15)
+        solo, solo_world = await setup(b, "s2-one-owner", receiver, owners="one")
+        async with running(solo, kill=True):
+            await switchboard_burst(b, solo, solo_world, receiver, WARMUP_TODOS)
+            one_owner = await switchboard_burst(b, solo, solo_world, receiver, burst)
+            one_owner.pop("_records")
     finally:
         await receiver.stop()
 
@@ -346,6 +369,7 @@ async def run(b: Bench) -> dict[str, Any]:
             "burst_rate": {"switchboard": sb_rate, "a2a": a2a_rate, "httpx": raw_rate},
             "ratio_vs_a2a": ratio(sb_rate, a2a_rate),
             "ratio_vs_httpx": ratio(sb_rate, raw_rate),
+            "one_owner_burst": one_owner,
             "sustained_light": light,
             "sustained_low": low,
             "sustained_high": high,

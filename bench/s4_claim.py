@@ -5,10 +5,11 @@ PostgreSQL, with no double claim.
 deliveries (one delivery makes one todo per endpoint and queue). Then ``AGENTS`` consumers, several per
 endpoint so they race for the same rows, loop ``claim_next`` then ``ack`` until their queues are empty.
 On PostgreSQL two server instances share the database and each endpoint's consumers are split between
-them. Throughput is completed todos (claim + ack) per second; latency per verb is measured at the client.
+them. Throughput is completed todos (claim + ack) per second over at most ``MAX_SECONDS``; latency per
+verb is measured at the client.
 
 No double claim: every claimed id is distinct across all consumers, and afterwards the database has
-every todo ``done`` with ``attempt = 1`` (claimed exactly once).
+as many ``done`` todos as acks, none with ``attempt > 1`` (claimed twice) and none left ``claimed``.
 
 The per-endpoint MCP rate limit (600 calls/min by default) would cap each endpoint at 5 todos/s, so it
 is raised for this scenario only. The PostgreSQL server is the test suite's throwaway cluster
@@ -32,10 +33,10 @@ from bench.world import World, build_world, new_cred_key
 
 ENDPOINTS = 4
 QUEUES = ("q1", "q2", "q3", "q4")
-TODOS = 4000
+TODOS = 2400
 AGENTS_PER_ENDPOINT = 4
 MCP_RATE_PER_MINUTE = 1_000_000
-MAX_SECONDS = 60.0
+MAX_SECONDS = 15.0  # consumers stop after this even if todos remain
 
 ESTIMATE = 90.0
 
@@ -120,7 +121,7 @@ async def _sqlite(b: Bench, todos: int) -> dict[str, Any]:
     info: dict[str, Any] = {"name": "sqlite"}
     async with running(server):
         loaded = await _preload(b, server, world, todos, info)
-        b.progress.phase("s4 claim: SQLite claim_next + ack", todos / 150)
+        b.progress.phase("s4 claim: SQLite claim_next + ack", MAX_SECONDS)
         agents = _agents(world, [server.base_url], AGENTS_PER_ENDPOINT)[0]
         meter = CpuMeter({"server": server.pid, "client": b.client.pid})
         meter.start()
@@ -164,7 +165,7 @@ async def _postgres(b: Bench, todos: int) -> dict[str, Any]:
         info: dict[str, Any] = {"name": "postgres"}
         async with running(one), running(two):
             loaded = await _preload(b, one, world, todos, info)
-            b.progress.phase("s4 claim: two instances on PostgreSQL, claim_next + ack", todos / 150)
+            b.progress.phase("s4 claim: two instances on PostgreSQL, claim_next + ack", MAX_SECONDS)
             per_instance = _agents(world, [one.base_url, two.base_url], AGENTS_PER_ENDPOINT)
             postmaster = int((pg.root / "data" / "postmaster.pid").read_text().split()[0])
             meter = CpuMeter(

@@ -1,4 +1,4 @@
-"""Scenario 5: a profile of scenario 2's Switchboard burst.
+"""Scenario 5: a profile of scenario 2's Switchboard burst (and of scenario 1's closed-ports variant).
 
 A separate server run with scenario 2's setup: after the same warm-up, the bench sends the server
 SIGUSR1 (pyinstrument starts sampling the event-loop thread every 0.5 ms, idle time included), runs one
@@ -10,6 +10,9 @@ frame belongs to; ``idle`` is the event loop waiting in epoll), the top function
 on-loop time inside a few Switchboard entry points. The SQLite statements themselves run in aiosqlite's
 worker thread, which this profiler does not sample: they show up as idle on the loop thread, and in the
 process CPU figure (which counts every thread) as the gap between CPU and on-loop time.
+
+A second, shorter profile covers scenario 1's worst variant (every hook on a closed port), to show what
+the server spends its CPU on while ingest slows down.
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from bench import s2_dispatch
-from bench.common import CpuMeter
+from bench import s1_ingest, s2_dispatch
+from bench.common import CpuMeter, closed_port
 from bench.context import Bench, running, wait_until
 
-BURST = 3000
+BURST = 1500
+ISOLATION_SECONDS = 10.0
 TOP = 20
 
 ESTIMATE = 45.0
@@ -61,6 +65,8 @@ ENTRY_POINTS = (
     ("_attempt", "/switchboard/notify/dispatcher.py", "Dispatcher._attempt (one attempt, on-loop part)"),
     ("sendable", "/switchboard/notify/store.py", "HookStore.sendable (read + decrypt)"),
     ("record_delivered", "/switchboard/notify/store.py", "HookStore.record_delivered (health write)"),
+    ("record_attempt", "/switchboard/notify/store.py", "HookStore.record_attempt (health write, will retry)"),
+    ("record_failed", "/switchboard/notify/store.py", "HookStore.record_failed (health write, final)"),
     ("standard_headers", "/switchboard/push/_signer.py", "standard_headers (signing)"),
     ("check_attempt", "/switchboard/push/_validator.py", "Validator.check_attempt"),
     ("send", "/switchboard/push/_transport.py", "Sender.send (on-loop part)"),
@@ -175,11 +181,34 @@ async def run(b: Bench) -> dict[str, Any]:
         burst_result.pop("_records", None)
     finally:
         await receiver.stop()
+    b.progress.phase("s5 profile: scenario 1, closed ports", ISOLATION_SECONDS + 10)
+    closed = await s1_ingest.one_run(
+        b,
+        "closed",
+        [closed_port() for _ in range(s1_ingest.HOOKS_PER_ENDPOINT)],
+        "s5",
+        ISOLATION_SECONDS,
+        profile=True,
+    )
     b.progress.phase("s5 profile: analysis", 5)
     analysis = (
         await asyncio.to_thread(analyse, server.profile_path) if done.exists() else {"error": "no profile"}
     )
+    closed_path = closed["profile_path"]
+    closed_analysis = (
+        await asyncio.to_thread(analyse, closed_path)
+        if closed_path and Path(f"{closed_path}.done").exists()
+        else {"error": "no profile"}
+    )
+    closed_analysis.update(
+        {
+            "server_cpu_cores": closed["cpu"]["server"],
+            "ingest": closed["summary"],
+            "dispatcher": closed["dispatcher"],
+        }
+    )
     return {
+        "isolation_closed": closed_analysis,
         "burst": burst,
         "profiled_rate": burst_result["rate"],
         "server_cpu_cores": cpu.get("server"),

@@ -1,13 +1,14 @@
 """Tenants for a scenario, written to the database before the server starts.
 
 Setup is not measured, so it goes through the service layer (the code under the CLI and the MCP verbs)
-in this process: a human, endpoints, signature-trust Gitea sources and their routes, and notify hooks
+in this process: humans, endpoints, signature-trust Gitea sources and their routes, and notify hooks
 created by ``NotifyHooks.create`` (the ``create_notify_hook`` verb's body: URL validation against the
 operator allowlist, the ceiling, a minted secret sealed by the cred envelope).
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from bench.server import bench_resolver
 from switchboard.ingest.verify import mint_source_secret
 from switchboard.notify.service import NotifyHooks
 from switchboard.notify.store import HookStore
-from switchboard.outbound import validator_for
+from switchboard.outbound import notify_outbound
 from switchboard.services import build_services
 from switchboard.settings import Settings
 from switchboard.verbs import CONSUMER, NOTIFY_HOOKS
@@ -69,15 +70,27 @@ async def build_world(
     own_sources: bool = True,
     fanout_groups: Sequence[Sequence[int]] = (),
     hook_urls: Sequence[Sequence[str]] = (),
+    owners: str = "per_endpoint",
 ) -> World:
     """``hook_urls[i]`` are endpoint i's hooks; ``fanout_groups`` lists endpoint indexes per fan-out
-    source (routed to every queue in ``queues``)."""
+    source (routed to every queue in ``queues``). ``owners``: ``per_endpoint`` (every endpoint belongs to
+    its own human: a multi-tenant instance) or ``one`` (one human owns every endpoint: a homelab). The
+    dispatcher's fairness is per owning human, so this decides how many attempts may run at once."""
     services = build_services(Settings(**settings), resolver=bench_resolver)
     world = World()
     try:
         await services.db.migrate()
-        human = await services.accounts.create_human("bench@example.com", "bench-password-1")
+        count = endpoints if owners == "per_endpoint" else 1
+        humans = list(
+            await asyncio.gather(
+                *(
+                    services.accounts.create_human(f"bench-{h:03d}@example.com", "bench-password-1")
+                    for h in range(count)
+                )
+            )
+        )
         for i in range(endpoints):
+            human = humans[i % len(humans)]
             ep, token = await services.accounts.vend_endpoint(human, f"ep-{i:03d}", list(queues), list(VERBS))
             world.endpoints.append(EndpointInfo(ep.id, ep.slug, token, tuple(queues)))
             if own_sources:
@@ -87,7 +100,7 @@ async def build_world(
                 world.own_sources.append(SourceInfo(src.slug, secret, 1))
         for g, group in enumerate(fanout_groups):
             secret = mint_source_secret("gitea")
-            src = await services.sources.create(human, f"fan-{g:03d}", "gitea", "signature", secret)
+            src = await services.sources.create(humans[0], f"fan-{g:03d}", "gitea", "signature", secret)
             for i in group:
                 for q in queues:
                     await services.sources.add_route(src.slug, q, world.endpoints[i].slug, None)
@@ -95,7 +108,7 @@ async def build_world(
         if hook_urls:
             s = services.settings
             store = HookStore(services.db, services.envelope, services.clock, grace_seconds=3600)
-            verbs = NotifyHooks(store, validator_for(services), s.notify_hook_ceiling)
+            verbs = NotifyHooks(store, notify_outbound(services)[0], s.notify_hook_ceiling)
             for i, urls in enumerate(hook_urls):
                 ep_row = await services.accounts.endpoint(world.endpoints[i].id)
                 assert ep_row is not None
