@@ -20,6 +20,7 @@ from switchboard.notify.component import NotifyComponent
 from switchboard.obs.logs import JsonFormatter
 from switchboard.services import Services
 from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
+from switchboard.web.component import WebComponent
 from tests.support.mcp_client import Agent, agent
 from tests.support.receivers import HTTPSReceiver, StaticResolver, client_ssl_context
 from tests.support.server import Instance, make_settings, run_instance
@@ -123,7 +124,10 @@ async def notify_env(
                     clock=clock,
                     resolver=resolver,
                     ssl_context=client_ssl_context(ca),
-                    components=lambda services: [NotifyComponent(services, retry_delays=retry_delays)],
+                    components=lambda services: [
+                        NotifyComponent(services, retry_delays=retry_delays),
+                        WebComponent(services),  # REQ-10: the endpoint card's hook controls
+                    ],
                 )
             )
             yield Env(inst, receiver, resolver, ca, clock, logs, stack)
