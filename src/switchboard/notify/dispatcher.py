@@ -163,12 +163,10 @@ class Dispatcher:
         """Hub subscriber: match the transition against the endpoint's hooks (REQ-1, REQ-6, REQ-9)."""
         if not t.pushable or t.endpoint_id is None or not self.accepting:
             return
-        hooks = await self.hooks.enabled_for_endpoint(t.endpoint_id)
-        if not hooks:
+        found = await self.hooks.enabled_with_endpoint(t.endpoint_id)
+        if found is None:
             return
-        endpoint = await self.accounts.endpoint(t.endpoint_id)
-        if endpoint is None:
-            return
+        endpoint, hooks = found
         now = self.clock.now()
         body: bytes | None = None
         for hook in hooks:
@@ -355,7 +353,8 @@ class Dispatcher:
             duration_ms=round(duration * 1000, 1),
         )
         if err.retryable and n.attempts < MAX_ATTEMPTS and self.accepting:
-            await self._health(n, self.hooks.record_attempt(n.hook_id, status, reason))
+            # Health is written once per delivery, with its final attempt: a failing receiver must not
+            # turn into three writes per notification competing with ingest for the database.
             self._retry_later(n, jittered(self.retry_delays[min(n.attempts, len(self.retry_delays)) - 1]))
             return
         self.metrics.notify_notifications.labels(n.type, "failed").inc()

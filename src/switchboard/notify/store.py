@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import Row, and_, case, delete, func, insert, select, update
@@ -20,6 +21,7 @@ from switchboard.cred import Envelope
 from switchboard.ids import looks_like, new_id
 from switchboard.notify.errors import CeilingExceeded, HookNotFound
 from switchboard.push import mint_secret, redact_url
+from switchboard.store.accounts import Endpoint
 from switchboard.store.db import Database
 from switchboard.store.schema import endpoints, notify_hooks
 
@@ -227,6 +229,21 @@ class HookStore:
         )
         async with self.db.read() as conn:
             return [Hook.from_row(r) for r in (await conn.execute(stmt)).all()]
+
+    async def enabled_with_endpoint(self, endpoint_id: str) -> tuple[Endpoint, list[Hook]] | None:
+        """Matching's one query: the endpoint (scope, presence, owner) with its enabled hooks."""
+        stmt = (
+            select(notify_hooks, *(c.label(f"ep_{c.name}") for c in endpoints.c))
+            .join(endpoints, endpoints.c.id == notify_hooks.c.endpoint_id)
+            .where(notify_hooks.c.endpoint_id == endpoint_id, notify_hooks.c.enabled.is_(True))
+        )
+        async with self.db.read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        if not rows:
+            return None
+        ep = rows[0]._mapping
+        endpoint = Endpoint.from_row(SimpleNamespace(**{c.name: ep[f"ep_{c.name}"] for c in endpoints.c}))  # type: ignore[arg-type]
+        return endpoint, [Hook.from_row(r) for r in rows]
 
     async def sendable(self, hook_id: str) -> SendableHook | None:
         """Read right before an attempt: a deleted or disabled hook gets no attempt."""

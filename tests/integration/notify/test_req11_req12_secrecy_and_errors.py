@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from tests.integration.notify.conftest import Env, notify_env
+from tests.reliability.hostile import RawTLSServer, answer_after
 from tests.support.pg import PostgresServer
-from tests.support.receivers import HangBeforeHeaders, Respond
+from tests.support.receivers import Respond
 
 
 async def test_secret_never_logged(env: Env) -> None:
@@ -46,23 +47,31 @@ async def test_secret_never_logged(env: Env) -> None:
 async def test_store_outage_during_health_update(
     tmp_path: Path, pg_server: PostgresServer, pg_url: str
 ) -> None:
-    async with notify_env(tmp_path, database_url=pg_url) as env:
+    async with (
+        notify_env(tmp_path, database_url=pg_url) as env,
+        RawTLSServer(env.ca, answer_after(1.5)) as slow,
+    ):
         world, a = await env.tenant("ep-a")
-        created = await a.ok("create_notify_hook", {"url": env.hook_url()})
-        env.receiver.behaviour = HangBeforeHeaders()
+        created = await a.ok("create_notify_hook", {"url": slow.url()})
         await env.deliver(world)
-        await env.receiver.next_request()  # the attempt is in flight...
-        pg_server.kill()  # ...when the database goes away
+        await slow.requests.get()  # the attempt is in flight (the receiver answers 200 after 1.5 s)...
+        pg_server.kill()  # ...when the database goes away: the delivery succeeds, its health write fails
         try:
-            await env.notify.dispatcher.idle()  # the 5 s attempt timeout, then the failed health write
+            await env.notify.dispatcher.idle()
         finally:
             pg_server.start()
         failures = env.logs.events("hook health update failed")
         assert failures
         assert failures[0]["hook_id"] == created["hook_id"]
         assert failures[0]["notification_id"].startswith("msg_")
+        assert failures[0]["stage"] == "health"
+        assert (
+            env.metric("switchboard_notify_hook_notifications_total", type="todo.ready", outcome="delivered")
+            == 1
+        )
         # the worker carries on with the next notification
-        env.receiver.behaviour = Respond(204)
+        hook = (await a.ok("create_notify_hook", {"url": env.hook_url()}))["hook_id"]
         await env.deliver(world)
         delivered = await env.receiver.next_request(timeout=10)
         assert delivered.header("webhook-id") != failures[0]["notification_id"]
+        assert hook
