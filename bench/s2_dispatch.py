@@ -9,12 +9,14 @@ Every endpoint belongs to its own human (a multi-tenant instance), except in the
 2. ``ROUNDS`` rounds of three bursts of ``BURST`` POSTs to the same receiver:
    * Switchboard: ``BURST`` todos created by fan-out deliveries (one signed delivery routed to all
      endpoints makes one todo per endpoint, so ingest costs little of the burst), delivered by the
-     dispatcher with its default 16 workers;
+     dispatcher with its default settings (worker count included);
    * a2a-sdk: ``BasePushNotificationSender`` with its own ``httpx.AsyncClient``, one push config per
-     task, ``send_notification`` driven by 16 concurrent tasks (the same concurrency as Switchboard's
-     worker pool), Task bodies padded to the Switchboard body size;
-   * bare httpx: one ``AsyncClient``, 16 concurrent POST loops, the same body size;
-   the rate of each is requests received / (last arrival - first arrival) at the receiver;
+     task, ``send_notification`` driven by N concurrent tasks, Task bodies padded to the Switchboard
+     body size;
+   * bare httpx: one ``AsyncClient``, N concurrent POST loops, the same body size;
+   with N = each of ``PEER_CONCURRENCIES`` (Switchboard's default dispatcher worker count, and 16); the
+   rate of each is requests received / (last arrival - first arrival) at the receiver, and a peer's
+   rate is the better of its concurrencies (mean over the rounds);
 3. sustained ``LIGHT_RATE`` todos/s, one todo per signed delivery (100 sources): latency when nothing
    queues;
 4. sustained ``LOW_RATE`` todos/s (the latency target's rate) and then ``HIGH_RATE`` todos/s (the
@@ -44,11 +46,16 @@ from bench.common import RECEIVER_HOST, CpuMeter, metric, ratio, summarize_ms
 from bench.context import Bench, running, sqlite_rows, wait_until
 from bench.procs import ReceiverProc, ServerProc
 from bench.world import World, build_world
+from switchboard.settings import Settings
 
 ENDPOINTS = 100
 BURST = 2000
 ROUNDS = 2
-PEER_CONCURRENCY = 16
+# The peers run with as many concurrent senders as Switchboard has dispatcher workers by default, and
+# with 16: httpx's default pool keeps at most 20 idle connections alive, so above 20 concurrent senders
+# some requests open a fresh TLS connection each time. The better of the two is the peer's rate.
+PEER_CONCURRENCY = int(Settings.model_fields["notify_workers"].default)
+PEER_CONCURRENCIES = tuple(sorted({16, PEER_CONCURRENCY}))
 LIGHT_RATE, LIGHT_SECONDS = 50.0, 10.0
 LOW_RATE, LOW_SECONDS = 300.0, 10.0
 HIGH_RATE, HIGH_SECONDS = 1000.0, 10.0
@@ -131,7 +138,12 @@ async def switchboard_burst(
 
 
 async def peer_burst(
-    b: Bench, kind: str, receiver: ReceiverProc, n: int, size: dict[str, int]
+    b: Bench,
+    kind: str,
+    receiver: ReceiverProc,
+    n: int,
+    size: dict[str, int],
+    concurrency: int = PEER_CONCURRENCY,
 ) -> dict[str, Any]:
     await receiver.collect()
     port = receiver.ports[0]
@@ -143,7 +155,7 @@ async def peer_burst(
             {
                 "url_base": f"https://127.0.0.1:{port}/a2a",
                 "n": n,
-                "concurrency": PEER_CONCURRENCY,
+                "concurrency": concurrency,
                 "ca_pem": b.ca.ca_pem,
                 "pad": size["a2a_pad"],
             },
@@ -154,7 +166,7 @@ async def peer_burst(
             {
                 "url": f"https://127.0.0.1:{port}/raw",
                 "n": n,
-                "concurrency": PEER_CONCURRENCY,
+                "concurrency": concurrency,
                 "ca_pem": b.ca.ca_pem,
                 "body_len": size["sb"],
             },
@@ -164,6 +176,7 @@ async def peer_burst(
     records = [r for r in await receiver.collect() if r[0] == tag]
     return {
         "n": n,
+        "concurrency": concurrency,
         "received": len(records),
         "rate": _rate(records),
         "rate_client": n / result["elapsed"] if result["elapsed"] else 0.0,
@@ -249,7 +262,8 @@ async def run(b: Bench) -> dict[str, Any]:
         "endpoints": ENDPOINTS,
         "burst": burst,
         "rounds": rounds,
-        "peer_concurrency": PEER_CONCURRENCY,
+        "peer_concurrency": list(PEER_CONCURRENCIES),
+        "workers": PEER_CONCURRENCY,
         "rate_per_minute": RATE_PER_MINUTE,
     }
     try:
@@ -292,11 +306,17 @@ async def run(b: Bench) -> dict[str, Any]:
             for r in range(rounds):
                 b.progress.phase(f"s2 dispatch: Switchboard burst (round {r + 1}/{rounds})", burst / 400 + 2)
                 sb = await switchboard_burst(b, server, world, receiver, burst)
-                b.progress.phase(f"s2 dispatch: a2a-sdk burst (round {r + 1}/{rounds})", burst / 500 + 1)
-                a2a = await peer_burst(b, "a2a", receiver, burst, size)
-                b.progress.phase(f"s2 dispatch: bare httpx burst (round {r + 1}/{rounds})", burst / 700 + 1)
-                raw = await peer_burst(b, "httpx", receiver, burst, size)
-                rounds_out.append({"switchboard": sb, "a2a": a2a, "httpx": raw})
+                detail: dict[str, Any] = {"switchboard": sb}
+                for conc in PEER_CONCURRENCIES:
+                    b.progress.phase(
+                        f"s2 dispatch: a2a-sdk burst x{conc} (round {r + 1}/{rounds})", burst / 500 + 1
+                    )
+                    detail[f"a2a@{conc}"] = await peer_burst(b, "a2a", receiver, burst, size, conc)
+                    b.progress.phase(
+                        f"s2 dispatch: bare httpx burst x{conc} (round {r + 1}/{rounds})", burst / 600 + 1
+                    )
+                    detail[f"httpx@{conc}"] = await peer_burst(b, "httpx", receiver, burst, size, conc)
+                rounds_out.append(detail)
 
             fan_targets = [s.target() for s in world.fanout_sources[1:]]
             b.progress.phase(f"s2 dispatch: sustained {LIGHT_RATE:.0f}/s", light_seconds + 3)
@@ -349,8 +369,8 @@ async def run(b: Bench) -> dict[str, Any]:
     finally:
         await receiver.stop()
 
-    for detail in rounds_out:
-        detail["switchboard"]["latency_db"] = _db_latency(detail["switchboard"].pop("_records"), created)
+    for rd in rounds_out:
+        rd["switchboard"]["latency_db"] = _db_latency(rd["switchboard"].pop("_records"), created)
     light["latency_db"] = _db_latency(light.pop("_records"), created)
     low["latency_db"] = _db_latency(low.pop("_records"), created)
     high["latency_db"] = _db_latency(high.pop("_records"), created)
@@ -359,14 +379,23 @@ async def run(b: Bench) -> dict[str, Any]:
     def mean(key: str) -> float:
         return float(sum(d[key]["rate"] for d in rounds_out) / len(rounds_out))
 
-    sb_rate, a2a_rate, raw_rate = mean("switchboard"), mean("a2a"), mean("httpx")
+    peer_rates = {
+        kind: {str(conc): mean(f"{kind}@{conc}") for conc in PEER_CONCURRENCIES} for kind in ("a2a", "httpx")
+    }
+    sb_rate = mean("switchboard")
+    a2a_rate, raw_rate = max(peer_rates["a2a"].values()), max(peer_rates["httpx"].values())
+    first = PEER_CONCURRENCIES[0]
     out["body_bytes"].update(
-        {"a2a": rounds_out[0]["a2a"]["body_bytes"], "httpx": rounds_out[0]["httpx"]["body_bytes"]}
+        {
+            "a2a": rounds_out[0][f"a2a@{first}"]["body_bytes"],
+            "httpx": rounds_out[0][f"httpx@{first}"]["body_bytes"],
+        }
     )
     out.update(
         {
             "rounds_detail": rounds_out,
             "burst_rate": {"switchboard": sb_rate, "a2a": a2a_rate, "httpx": raw_rate},
+            "peer_rates": peer_rates,
             "ratio_vs_a2a": ratio(sb_rate, a2a_rate),
             "ratio_vs_httpx": ratio(sb_rate, raw_rate),
             "one_owner_burst": one_owner,

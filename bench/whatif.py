@@ -71,8 +71,8 @@ async def _config(b: Bench, label: str, patches: tuple[str, ...], index: int) ->
                 b.progress.phase("what-if: a2a-sdk and bare httpx reference bursts", 15)
                 size = {"sb": 270, "a2a_pad": 60}
                 await receiver.collect()
-                peers["a2a"] = await s2_dispatch.peer_burst(b, "a2a", receiver, BURST, size)
-                peers["httpx"] = await s2_dispatch.peer_burst(b, "httpx", receiver, BURST, size)
+                peers["a2a"] = await s2_dispatch.peer_burst(b, "a2a", receiver, BURST, size, 16)
+                peers["httpx"] = await s2_dispatch.peer_burst(b, "httpx", receiver, BURST, size, 16)
     finally:
         await receiver.stop()
     return {"label": label, "patches": list(patches), "burst": burst, "low": low, **peers}
@@ -130,7 +130,7 @@ def _render(meta: dict[str, Any], runs: list[dict[str, Any]], isolation: list[di
         f"(load average {meta['load_before'][0]:.2f} before, "
         f"{meta['load_after'][0]:.2f} after). Same setup as scenario 2; bursts of {BURST:,}; sustained phase "
         f"{s2_dispatch.LOW_RATE:.0f} todos/s for {LOW_SECONDS:.0f} s (fan-out deliveries). Reference in the same run: "
-        f"a2a-sdk {fmt(a2a, 0)} POSTs/s, bare httpx {fmt(raw, 0)} POSTs/s.",
+        f"a2a-sdk {fmt(a2a, 0)} POSTs/s, bare httpx {fmt(raw, 0)} POSTs/s (16 concurrent senders each).",
         "",
         "| configuration (bench/patches.py) | burst delivered/s | vs as shipped | vs a2a-sdk | vs bare httpx "
         "| server CPU | 300/s: delivered/s | 300/s: latency p50 / p99 ms |",
