@@ -10,6 +10,9 @@ Shape, and why:
   all their endpoints and hooks (a tenant may hold several endpoints of 5 hooks each); the rest wait in
   that owner's bounded backlog, and the rest of the pool keeps serving other tenants.
 * Pending attempts live only in memory (REQ-7): a restart loses them, and the todo stays claimable.
+* Successful deliveries' health is coalesced per hook and written within ``health_flush_interval``
+  (one statement per hook per flush, not one transaction per notification); a failure of that hook
+  first writes what is pending for it, under one lock, so the order of health writes is kept.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from switchboard.clock import Clock
+from switchboard.clock import Clock, ms
 from switchboard.notify import body as bodies
 from switchboard.notify.store import HookStore
 from switchboard.obs.logs import get_logger
@@ -137,6 +140,7 @@ class Dispatcher:
         rate_per_minute: float = 120,
         retry_delays: Sequence[float] = (1.0, 5.0),
         drain_timeout: float = 5.0,
+        health_flush_interval: float = 0.1,
     ) -> None:
         self.hooks, self.accounts, self.todos = hooks, accounts, todos
         self.sender, self.metrics, self.clock = sender, metrics, clock
@@ -153,6 +157,12 @@ class Dispatcher:
         self._workers: list[asyncio.Task[None]] = []
         self._drops = _DropLog()
         self._busy = 0
+        self.health_flush_interval = health_flush_interval
+        self._delivered: dict[str, tuple[int, int, str]] = {}  # hook -> (status, at ms, notification)
+        self._health_due = asyncio.Event()
+        self._health_lock = asyncio.Lock()
+        self._flushing = False
+        self._flusher: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
         self._idle.set()
         self.accepting = False
@@ -243,6 +253,7 @@ class Dispatcher:
         self._workers = [
             asyncio.create_task(self._work(), name=f"notify-worker-{i}") for i in range(self.worker_count)
         ]
+        self._flusher = asyncio.create_task(self._flush_loop(), name="notify-health-flush")
 
     async def stop(self) -> None:
         """Stop taking notifications, let in-flight work finish within ``drain_timeout``, then abandon."""
@@ -259,13 +270,26 @@ class Dispatcher:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._workers = []
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+            self._flusher = None
+        await self._flush_health()
 
     async def idle(self) -> None:
         """Wait until nothing is queued, in flight or waiting to retry (tests await this)."""
         await self._idle.wait()
 
     def _check_idle(self) -> None:
-        if self.queue.empty() and self._busy == 0 and not self._timers and not any(self._parked.values()):
+        if (
+            self.queue.empty()
+            and self._busy == 0
+            and not self._timers
+            and not any(self._parked.values())
+            and not self._delivered
+            and not self._flushing
+        ):
             self._idle.set()
 
     # -- attempts ----------------------------------------------------------------------------------
@@ -334,7 +358,8 @@ class Dispatcher:
             status=result.status,
             duration_ms=round(duration * 1000, 1),
         )
-        await self._health(n, self.hooks.record_delivered(n.hook_id, result.status))
+        self._delivered[n.hook_id] = (result.status, ms(self.clock.now()), n.id)
+        self._health_due.set()
 
     async def _failed_attempt(self, n: Notification, err: PushError, duration: float) -> None:
         status = err.status if isinstance(err, StatusError) else None
@@ -358,7 +383,11 @@ class Dispatcher:
             self._retry_later(n, jittered(self.retry_delays[min(n.attempts, len(self.retry_delays)) - 1]))
             return
         self.metrics.notify_notifications.labels(n.type, "failed").inc()
-        outcome = await self._health(n, self.hooks.record_failed(n.hook_id, status, reason))
+        async with self._health_lock:
+            pending = self._delivered.pop(n.hook_id, None)
+            if pending is not None:  # an earlier success of this hook is written first
+                await self._write_delivered(n.hook_id, pending)
+            outcome = await self._health(n, self.hooks.record_failed(n.hook_id, status, reason))
         if outcome is not None and outcome.disabled_now:
             self.metrics.notify_disabled.labels("consecutive_failures").inc()
             log.warning(
@@ -366,6 +395,37 @@ class Dispatcher:
                 hook_id=n.hook_id,
                 reason="consecutive_failures",
                 consecutive_failures=outcome.consecutive_failures,
+            )
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._health_due.wait()
+            await asyncio.sleep(self.health_flush_interval)  # let concurrent deliveries coalesce
+            await self._flush_health()
+            self._check_idle()
+
+    async def _flush_health(self) -> None:
+        async with self._health_lock:
+            self._flushing = True
+            try:
+                pending, self._delivered = self._delivered, {}
+                self._health_due.clear()
+                for hook_id, entry in pending.items():
+                    await self._write_delivered(hook_id, entry)
+            finally:
+                self._flushing = False
+
+    async def _write_delivered(self, hook_id: str, entry: tuple[int, int, str]) -> None:
+        status, at_ms, notification_id = entry
+        try:
+            await self.hooks.record_delivered(hook_id, status, at_ms)
+        except Exception:
+            log.error(
+                "hook health update failed",
+                hook_id=hook_id,
+                notification_id=notification_id,
+                stage="health",
+                exc_info=True,
             )
 
     async def _health(self, n: Notification, update: Awaitable[T]) -> T | None:

@@ -281,13 +281,13 @@ class HookStore:
                 .values(last_attempt_at=ms(self.clock.now()), last_status=status, last_error=error)
             )
 
-    async def record_delivered(self, hook_id: str, status: int) -> None:
+    async def record_delivered(self, hook_id: str, status: int, at_ms: int | None = None) -> None:
         async with self.db.begin() as conn:
             await conn.execute(
                 update(notify_hooks)
                 .where(notify_hooks.c.id == hook_id)
                 .values(
-                    last_attempt_at=ms(self.clock.now()),
+                    last_attempt_at=at_ms if at_ms is not None else ms(self.clock.now()),
                     last_status=status,
                     last_error=None,
                     consecutive_failures=0,
