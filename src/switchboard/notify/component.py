@@ -48,7 +48,10 @@ class NotifyComponent:
         services.extras.setdefault("mcp_tools", []).append(registrar(self.verbs))
         if self.enabled:
             services.hub.subscribe(
-                "notify_hooks", self.dispatcher.on_transition, queue_size=s.notify_queue_size
+                "notify_hooks",
+                self.dispatcher.on_transition,
+                queue_size=s.notify_queue_size,
+                on_drop=self.dispatcher.on_unmatched_drop,  # REQ-11: hub overflow counts as dropped
             )
             services.presence.on_return(self.dispatcher.on_presence_return)
 

@@ -148,3 +148,37 @@ async def test_recovery_resets_the_count(env: Env) -> None:
     assert hook["consecutive_failures"] == 0 and hook["last_status"] == 204 and hook["last_error"] is None
     body = json.loads(env.receiver.requests[-1].body)
     assert body["type"] == "todo.ready"
+
+
+async def test_queue_overflow_before_matching_is_counted_as_dropped(tmp_path: Path) -> None:
+    """The hub's queue for the notify subscriber is the first bound: what it drops never reached a hook,
+    and REQ-11's dropped counter must still count it (with endpoint and todo ids in the warning)."""
+    async with notify_env(tmp_path, notify_queue_size=1, notify_workers=1) as env:
+        env.receiver.behaviour = HangBeforeHeaders()
+        world, a = await env.tenant("ep-a")
+        await a.ok("create_notify_hook", {"url": env.hook_url()})
+        from switchboard.store.todos import NewTodo
+
+        # One transaction, 30 ready todos: published together, faster than the subscriber can match.
+        await env.services.todos.create(
+            [
+                NewTodo(
+                    endpoint_id=world.endpoint.id, queue="inbox", title=f"t{i}", payload={}, verified=True
+                )
+                for i in range(30)
+            ]
+        )
+        await env.services.hub.idle()
+        overflow = env.services.metrics.registry.get_sample_value(
+            "switchboard_transition_subscriber_errors_total",
+            {"subscriber": "notify_hooks", "error": "overflow"},
+        )
+        dropped = env.metric(
+            "switchboard_notify_hook_notifications_total", type="todo.ready", outcome="dropped"
+        )
+        assert overflow and overflow >= 1
+        assert dropped >= overflow
+        unmatched = [
+            w for w in env.logs.events("notification dropped") if w["reason"] == "queue_full_unmatched"
+        ]
+        assert unmatched and unmatched[0]["endpoint_id"] == world.endpoint.id and unmatched[0]["todo_id"]
