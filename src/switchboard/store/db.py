@@ -34,6 +34,9 @@ class Database:
                 url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, pool_timeout=10
             )
 
+        # Same pool; the option tells the SQLite begin hook this transaction will write.
+        self._writer: AsyncEngine = self.engine.execution_options(switchboard_write=True)
+
     @property
     def dialect(self) -> str:
         return self.engine.dialect.name
@@ -42,7 +45,7 @@ class Database:
     async def begin(self) -> AsyncIterator[AsyncConnection]:
         """A write transaction; driver errors come out as store errors."""
         try:
-            async with self.engine.begin() as conn:
+            async with self._writer.begin() as conn:
                 yield conn
         except IntegrityError as exc:
             raise Conflict(_short(exc)) from exc
@@ -67,7 +70,7 @@ class Database:
             db_path = self.engine.url.database
             if db_path and db_path != ":memory:":
                 Path(db_path).parent.mkdir(parents=True, exist_ok=True)
-        async with self.engine.begin() as conn:
+        async with self._writer.begin() as conn:
             if not self.is_sqlite:
                 await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
             await conn.run_sync(_upgrade)
@@ -89,7 +92,9 @@ def alembic_config() -> Config:
 
 
 def _sqlite_pragmas(engine: AsyncEngine) -> None:
-    """WAL, a busy timeout, and BEGIN IMMEDIATE so writers queue instead of failing to upgrade locks."""
+    """WAL, a busy timeout, and BEGIN IMMEDIATE for write transactions (``Database.begin``), so writers
+    queue on the lock instead of failing to upgrade it. Reads (``Database.read``) begin DEFERRED: in WAL
+    mode they never wait for a writer, and they must not hold the write lock (that starved writers)."""
 
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -103,7 +108,8 @@ def _sqlite_pragmas(engine: AsyncEngine) -> None:
 
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        write = conn.get_execution_options().get("switchboard_write", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
 def _short(exc: Exception) -> str:
