@@ -13,7 +13,7 @@ keep the guarantees the real change would have to keep; none is used by ``python
   handshake per attempt. Every attempt still validates first, and a connection is only reused when that
   validation produced the same addresses, so no connection outlives a validation that would refuse it.
 * ``match_cache``: ``Dispatcher.on_transition`` reuses an endpoint's hook list and scope for up to
-  ``MATCH_TTL`` seconds instead of two database reads per transition (``sendable`` stays a fresh read
+  ``MATCH_TTL`` seconds instead of reading them for every transition (``sendable`` stays a fresh read
   before every attempt, so a deleted or disabled hook still gets no attempt). A real change would
   invalidate on hook and scope writes (and a version column across instances) instead of a TTL.
 * ``lazy_health``: ``record_delivered`` skips the write when the hook's recorded health would not change
@@ -156,22 +156,22 @@ def keepalive() -> None:
 
 
 class _Cached:
-    """Forwards to ``inner``; ``method`` answers from a ``MATCH_TTL`` cache per argument."""
+    """Forwards to ``inner``; the ``methods`` answer from a ``MATCH_TTL`` cache per argument."""
 
-    def __init__(self, inner: Any, method: str) -> None:
-        self._inner, self._method = inner, method
-        self._cache: dict[str, tuple[float, Any]] = {}
+    def __init__(self, inner: Any, *methods: str) -> None:
+        self._inner, self._methods = inner, frozenset(methods)
+        self._cache: dict[tuple[str, str], tuple[float, Any]] = {}
 
     def __getattr__(self, name: str) -> Any:
-        if name != self._method:
+        if name not in self._methods:
             return getattr(self._inner, name)
 
         async def cached(key: str) -> Any:
-            hit = self._cache.get(key)
+            hit = self._cache.get((name, key))
             if hit is not None and time.monotonic() - hit[0] < MATCH_TTL:
                 return hit[1]
             value = await getattr(self._inner, name)(key)
-            self._cache[key] = (time.monotonic(), value)
+            self._cache[(name, key)] = (time.monotonic(), value)
             return value
 
         return cached
@@ -187,7 +187,7 @@ def match_cache() -> None:
         # Only the dispatcher sees the caches; MCP and the stores keep reading fresh.
         init(
             self,
-            hooks=cast(Any, _Cached(hooks, "enabled_for_endpoint")),
+            hooks=cast(Any, _Cached(hooks, "enabled_for_endpoint", "enabled_with_endpoint")),
             accounts=cast(Any, _Cached(accounts, "endpoint")),
             **kwargs,
         )
@@ -204,21 +204,21 @@ def lazy_health() -> None:
     orig_failed = HookStore.record_failed
     healthy: dict[str, tuple[int, float]] = {}
 
-    async def record_delivered(self: Any, hook_id: str, status: int) -> None:
+    async def record_delivered(self: Any, hook_id: str, status: int, *args: Any, **kwargs: Any) -> None:
         hit = healthy.get(hook_id)
         now = time.monotonic()
         if hit is not None and hit[0] == status and now - hit[1] < HEALTH_REFRESH:
             return
-        await orig(self, hook_id, status)
+        await orig(self, hook_id, status, *args, **kwargs)
         healthy[hook_id] = (status, now)
 
-    async def record_attempt(self: Any, hook_id: str, status: int | None, error: str | None) -> None:
+    async def record_attempt(self: Any, hook_id: str, *args: Any, **kwargs: Any) -> None:
         healthy.pop(hook_id, None)
-        await orig_attempt(self, hook_id, status, error)
+        await orig_attempt(self, hook_id, *args, **kwargs)
 
-    async def record_failed(self: Any, hook_id: str, status: int | None, error: str) -> Any:
+    async def record_failed(self: Any, hook_id: str, *args: Any, **kwargs: Any) -> Any:
         healthy.pop(hook_id, None)
-        return await orig_failed(self, hook_id, status, error)
+        return await orig_failed(self, hook_id, *args, **kwargs)
 
     HookStore.record_delivered = record_delivered  # type: ignore[method-assign]
     HookStore.record_attempt = record_attempt  # type: ignore[method-assign]
