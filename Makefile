@@ -17,6 +17,8 @@ lint:
 soak:
 	scripts/test -m slow $(ARGS)
 
-# Placeholder: the bench package does not exist yet.
+# The benchmarks (docs/benchmarks.md): installs the bench extra (pyinstrument) into .venv first.
 bench:
+	test -x .venv/bin/python || python3 -m venv .venv
+	.venv/bin/pip install -q -e '.[test,bench]'
 	.venv/bin/python -m bench $(ARGS)
