@@ -538,10 +538,17 @@ def _s3(r: dict[str, Any]) -> list[str]:
         f"* RSS: {r['rss_start_kib'] / 1024:.1f} MiB after start, peak {r['rss_peak_kib'] / 1024:.1f} MiB, growth "
         f"{r['rss_growth_kib'] / 1024:.1f} MiB; {r['rss_settled_kib'] / 1024:.1f} MiB once settled.",
         f"* Counters once settled: {fmt(f['created'], 0)} todo.created transitions; {fmt(f['hub_overflow'], 0)} never "
-        f"reached the notify subscriber (the transition hub's queue for it was full); they are counted in "
-        f'`switchboard_transition_subscriber_errors_total{{subscriber="notify_hooks",error="overflow"}}` and '
-        f'**not** in `switchboard_notify_hook_notifications_total{{outcome="dropped"}}`, which counts '
-        f"{fmt(f['dropped'], 0)} drops by the dispatcher itself. Queue depth {fmt(f['queue_depth'], 0)}, "
+        f"reached the notify subscriber (the transition hub's queue for it was full), counted in "
+        f'`switchboard_transition_subscriber_errors_total{{subscriber="notify_hooks",error="overflow"}}`'
+        + (
+            " and also in the notify `dropped` counter"
+            if a["drops_logged"].get("queue_full_unmatched") or f["dropped"] >= f["hub_overflow"] > 0
+            else " and **not** in the notify `dropped` counter"
+            if f["hub_overflow"]
+            else ""
+        )
+        + f'. `switchboard_notify_hook_notifications_total{{outcome="dropped"}}` = {fmt(f["dropped"], 0)}. '
+        f"Queue depth {fmt(f['queue_depth'], 0)}, "
         f"{fmt(f['attempts_total'], 0)} attempts made ({fmt(a['hang_receiver_connections'])} connections seen by the "
         f"dead receiver), {fmt(f['failed'], 0)} deliveries failed, {fmt(f['disabled'], 0)} hooks auto-disabled.",
         f"* The log against the counters: the coalesced `notification dropped` warnings report "
@@ -659,3 +666,14 @@ def _s5(r: dict[str, Any]) -> list[str]:
             ["entry point", "share"], [[c["entry"], f"{c['share'] * 100:.1f}%"] for c in iso["entry_points"]]
         )
     return out
+
+
+if __name__ == "__main__":
+    # Re-render the generated block from a saved run: python -m bench.report bench/results/<stamp>/results.json
+    import json
+    import sys
+
+    saved = json.loads(Path(sys.argv[1]).read_text())
+    write_doc(
+        Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md", saved["meta"], saved["results"]
+    )

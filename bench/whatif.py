@@ -5,7 +5,7 @@ Evidence for the proposed ``src/`` changes, measured side by side in one run:
 * dispatch: each configuration gets a fresh server (scenario 2's setup) with some of
   :mod:`bench.patches` applied, then the warm-up, one burst and the sustained 300 todos/s phase; the
   a2a-sdk and bare httpx bursts run once, against the same receiver, as the reference;
-* isolation: scenario 1's three variants (one repeat) as shipped and with every patch.
+* isolation: scenario 1's three variants (one repeat) as shipped and with the last configuration's patches.
 
 Writes its own block in docs/benchmarks.md (unless ``--no-doc``). Not part of ``python -m bench``: these
 are experiments, not shipped behaviour.
