@@ -119,6 +119,7 @@ async def test_no_secret_in_logs_metrics_or_answers(env: Env) -> None:
         client, message(), push=push_config(url, token=TOKEN, scheme="Bearer", credentials=CREDENTIALS)
     )
     await worker.ok("claim_next")
+    await env.settle()  # submitted and working are delivered (2xx) before the receiver turns hostile
     env.receiver.behaviour = redirect("https://elsewhere.test/?leak=QUERYCANARY")
     await worker.ok("ack", {"todo_id": task.id})
     await env.settle()
