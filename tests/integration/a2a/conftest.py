@@ -34,12 +34,12 @@ from sqlalchemy import func, select
 from switchboard.a2a.component import A2AComponent
 from switchboard.a2a.worker import Policy
 from switchboard.clock import ManualClock
-from switchboard.obs.logs import JsonFormatter
 from switchboard.services import Services
 from switchboard.store.accounts import Endpoint
 from switchboard.store.schema import todos
 from switchboard.store.schema_a2a import a2a_push_outbox, push_notification_configs
 from switchboard.verbs import A2A, DEFAULT_GRANT
+from tests.support.logcapture import LogCapture
 from tests.support.mcp_client import Agent, agent
 from tests.support.receivers import HTTPSReceiver, RecordedRequest, StaticResolver, client_ssl_context
 from tests.support.secrets import reveal
@@ -48,21 +48,6 @@ from tests.support.server import Instance, make_settings, run_instance
 A2A_VERBS = tuple(A2A.verbs)
 WORKER_VERBS = DEFAULT_GRANT
 HOST = "hooks.test"
-
-
-class LogCapture(logging.Handler):
-    """Every log line as the JSON formatter renders it, for the secrecy assertions."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.setFormatter(JsonFormatter())
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(self.format(record))
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        return [e for e in map(json.loads, self.lines) if e["event"] == name]
 
 
 @dataclass(frozen=True)

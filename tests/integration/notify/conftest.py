@@ -3,7 +3,6 @@ certificates, test hostnames resolved to loopback by an injected resolver, and r
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -17,10 +16,10 @@ import trustme
 
 from switchboard.clock import ManualClock
 from switchboard.notify.component import NotifyComponent
-from switchboard.obs.logs import JsonFormatter
 from switchboard.services import Services
 from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from switchboard.web.component import WebComponent
+from tests.support.logcapture import LogCapture
 from tests.support.mcp_client import Agent, agent
 from tests.support.receivers import HTTPSReceiver, StaticResolver, client_ssl_context
 from tests.support.server import Instance, make_settings, run_instance
@@ -28,21 +27,6 @@ from tests.support.world import World, gitea_delivery, make_world, pr_payload
 
 HOOK_VERBS = (*DEFAULT_GRANT, *NOTIFY_HOOKS.verbs)
 FAST_RETRIES = (0.05, 0.1)
-
-
-class LogCapture(logging.Handler):
-    """Every log line as the JSON formatter renders it, for the secrecy assertions."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.setFormatter(JsonFormatter())
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(self.format(record))
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        return [e for e in map(json.loads, self.lines) if e["event"] == name]
 
 
 @dataclass
