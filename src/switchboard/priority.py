@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 if TYPE_CHECKING:
     from switchboard.services import Services
@@ -92,7 +92,7 @@ class InboundTracking:
             return
         ticket = self.gate.enter()
 
-        async def tracked_send(message: dict[str, Any]) -> None:
+        async def tracked_send(message: Message) -> None:
             await send(message)
             if message["type"] == "http.response.body" and not message.get("more_body", False):
                 ticket.release()  # the response is out: the rest (background tasks) is not the client's wait
