@@ -32,6 +32,7 @@ from switchboard.a2a.tasks import A2A_SOURCE, TaskStore
 from switchboard.a2a.worker import DeliveryWorker, Policy
 from switchboard.obs.logs import get_logger
 from switchboard.outbound import a2a_outbound
+from switchboard.priority import inbound_priority
 from switchboard.services import Services
 from switchboard.store.transitions import Transition
 
@@ -98,6 +99,7 @@ class A2AComponent:
             metrics=services.metrics,
             clock=services.clock,
             policy=self.policy,
+            priority=inbound_priority(services),
         )
         self.handler = Handler(
             services,

@@ -27,6 +27,7 @@ from switchboard.a2a.outbox import Claimed, OutboxStore
 from switchboard.clock import Clock, ms
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
+from switchboard.priority import InboundPriority
 from switchboard.push import PushError, RetryableStatus, Sender, StatusError, standard_headers
 
 log = get_logger("switchboard.a2a.push")
@@ -84,8 +85,10 @@ class DeliveryWorker:
         metrics: Metrics,
         clock: Clock,
         policy: Policy,
+        priority: InboundPriority | None = None,
     ) -> None:
         self.outbox, self.configs, self.sender = outbox, configs, sender
+        self.priority = priority
         self.limits, self.metrics, self.clock, self.policy = limits, metrics, clock, policy
         self._inflight: set[asyncio.Task[None]] = set()
         self._claim_lock = asyncio.Lock()
@@ -121,6 +124,8 @@ class DeliveryWorker:
         while True:
             self._wake.clear()
             try:
+                if self.priority is not None:
+                    await self.priority.yield_to_inbound()  # inbound requests go first (docs/a2a.md)
                 await self.poll_once()
                 await self._housekeeping()
             except asyncio.CancelledError:
