@@ -7,6 +7,9 @@ Two stages:
 * ``subscribe``\\ d handlers see transitions only after the commit. Each subscriber has its own bounded
   queue and task, so one that raises, blocks or falls behind never touches the transaction or the others.
   A full queue drops the transition for that subscriber, counts it, and logs the todo and endpoint ids.
+* ``subscribe_batch`` is the same subscription, except that its handler is given everything queued for it
+  (up to ``max_batch``, in publish order) in one call: a subscriber whose cost is per call (a database
+  read) pays it once per batch under load, and once per transition when transitions arrive one at a time.
 """
 
 from __future__ import annotations
@@ -54,16 +57,28 @@ class Transition:
 
 InTxHandler = Callable[[AsyncConnection, Sequence[Transition]], Awaitable[None]]
 Subscriber = Callable[[Transition], Awaitable[None]]
+BatchSubscriber = Callable[[list[Transition]], Awaitable[None]]
+
+MAX_BATCH = 256
 
 
 @dataclass
 class _Subscription:
     name: str
-    handler: Subscriber
+    handler: BatchSubscriber
     queue: asyncio.Queue[Transition]
+    max_batch: int
     on_drop: Callable[[Transition], None] | None = None
     task: asyncio.Task[None] | None = None
     dropped: int = field(default=0)
+
+
+def _one_at_a_time(handler: Subscriber) -> BatchSubscriber:
+    async def call(batch: list[Transition]) -> None:
+        (t,) = batch
+        await handler(t)
+
+    return call
 
 
 class TransitionHub:
@@ -86,10 +101,29 @@ class TransitionHub:
         on_drop: Callable[[Transition], None] | None = None,
     ) -> None:
         """``on_drop`` lets a subscriber count what it never saw (SPEC-0024 REQ-7's dropped counter)."""
-        sub = _Subscription(name, handler, asyncio.Queue(maxsize=queue_size), on_drop)
+        self._add(_Subscription(name, _one_at_a_time(handler), asyncio.Queue(maxsize=queue_size), 1, on_drop))
+
+    def subscribe_batch(
+        self,
+        name: str,
+        handler: BatchSubscriber,
+        *,
+        queue_size: int = 10_000,
+        max_batch: int = MAX_BATCH,
+        on_drop: Callable[[Transition], None] | None = None,
+    ) -> None:
+        """Like :meth:`subscribe`, but ``handler`` gets a non-empty list: whatever is queued for this
+        subscriber when its task wakes, at most ``max_batch``, in publish order. It never waits for more
+        to arrive. The queue bound, overflow accounting and ``on_drop`` are per transition, as for
+        :meth:`subscribe`; a handler that raises loses its batch, and that is counted and logged once."""
+        if max_batch < 1:
+            raise ValueError("max_batch must be at least 1")
+        self._add(_Subscription(name, handler, asyncio.Queue(maxsize=queue_size), max_batch, on_drop))
+
+    def _add(self, sub: _Subscription) -> None:
         self._subs.append(sub)
         if self._running:
-            sub.task = asyncio.create_task(self._drain(sub), name=f"transitions:{name}")
+            sub.task = asyncio.create_task(self._drain(sub), name=f"transitions:{sub.name}")
 
     async def run_in_transaction(self, conn: AsyncConnection, transitions: Sequence[Transition]) -> None:
         for handler in self._in_tx:
@@ -145,15 +179,31 @@ class TransitionHub:
 
     async def _drain(self, sub: _Subscription) -> None:
         while True:
-            t = await sub.queue.get()
+            batch = [await sub.queue.get()]
+            while len(batch) < sub.max_batch and not sub.queue.empty():
+                batch.append(sub.queue.get_nowait())
             try:
-                await sub.handler(t)
+                await sub.handler(batch)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 self._metrics.hook_subscriber_errors.labels(sub.name, "raised").inc()
-                log.error(
-                    "transition subscriber raised", subscriber=sub.name, todo_id=t.todo_id, exc_info=True
-                )
+                if len(batch) == 1:
+                    log.error(
+                        "transition subscriber raised",
+                        subscriber=sub.name,
+                        todo_id=batch[0].todo_id,
+                        exc_info=True,
+                    )
+                else:
+                    log.error(
+                        "transition subscriber raised",
+                        subscriber=sub.name,
+                        todo_id=batch[0].todo_id,
+                        todo_ids=[t.todo_id for t in batch],
+                        transitions=len(batch),
+                        exc_info=True,
+                    )
             finally:
-                sub.queue.task_done()
+                for _ in batch:
+                    sub.queue.task_done()
