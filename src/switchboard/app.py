@@ -8,6 +8,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, Protocol
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -15,6 +16,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from switchboard import __version__
 from switchboard.ingest.app import Ingest
 from switchboard.obs.logs import get_logger
+from switchboard.priority import InboundTracking, inbound_priority
 from switchboard.queue.sweeper import Sweeper
 from switchboard.services import Services
 
@@ -81,6 +83,8 @@ def create_app(services: Services, *, components: Sequence[Component] | None = N
     for component in components:
         routes.extend(component.routes())
     routes.append(Mount("/", app=mcp.app))
-    app = Starlette(routes=routes, lifespan=lifespan)
+    # Inbound write requests go first on the event loop: outbound senders yield to them (priority.py).
+    tracking = Middleware(InboundTracking, gate=inbound_priority(services))
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[tracking])
     app.state.services = services
     return app
