@@ -64,12 +64,14 @@ class PushError(Exception):
     stage: Stage
     reason: str
     duration: float | None
+    fast_fail: bool
 
     def __init__(self, message: str, *, stage: Stage, reason: str) -> None:
         super().__init__(message)
         self.stage = stage
         self.reason = reason
         self.duration = None
+        self.fast_fail = False
 
     @property
     def result(self) -> AttemptResultLabel:
@@ -137,10 +139,16 @@ class TLSFailure(PushError):
 class NetworkFailure(PushError):
     """A network-level failure: ``dns`` (the host did not resolve at attempt time),
     ``connection_refused``, ``unreachable``, ``connect_failed``, ``connection_lost``
-    or ``protocol`` (the receiver did not speak valid HTTP/1.1). Retryable."""
+    or ``protocol`` (the receiver did not speak valid HTTP/1.1). Retryable.
 
-    def __init__(self, *, stage: Stage, reason: str) -> None:
-        super().__init__(f"push attempt failed during {stage} ({reason})", stage=stage, reason=reason)
+    ``fast_fail`` is true when nothing was dialled because the origin refused (or was
+    unreachable for) a connection moments ago (docs/push.md, "Fast-fail"); ``stage`` and
+    ``reason`` are then those of that refusal, so ``result`` stays ``network``."""
+
+    def __init__(self, *, stage: Stage, reason: str, fast_fail: bool = False) -> None:
+        note = "; fast-fail, not dialled" if fast_fail else ""
+        super().__init__(f"push attempt failed during {stage} ({reason}{note})", stage=stage, reason=reason)
+        self.fast_fail = fast_fail
 
     @property
     def result(self) -> AttemptResultLabel:

@@ -2,22 +2,25 @@
 
 Built on httpcore's ``AsyncConnectionPool`` with a custom ``AsyncNetworkBackend``
 (docs/push.md says why). The backend is the single place a socket is opened: it
-dials only the IP strings of the ``ValidatedTarget`` from this attempt's own
-validation and refuses any other origin, so no second DNS lookup can happen. TLS is
-verified, with SNI, against the URL's host because httpcore passes the origin host
-(or our ``sni_hostname``) to ``start_tls``. This module is the only one that imports
-httpcore.
+dials only the IP strings of a ``ValidatedTarget`` and refuses any other origin, so no
+second DNS lookup can happen. Connections are kept per validated target (scheme,
+host, port and the exact addresses in order): an attempt reuses one only when its own
+validation, run first as always, returned those same addresses. TLS is verified, with
+SNI, against the URL's host because httpcore passes the origin host (or our
+``sni_hostname``) to ``start_tls``. This module is the only one that imports httpcore.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import re
 import ssl
 import time
 import typing
-from collections.abc import AsyncGenerator, Iterable, Mapping
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import anyio
@@ -30,6 +33,7 @@ from ._errors import (
     NetworkFailure,
     PushError,
     Stage,
+    TargetRejected,
     TLSFailure,
     error_for_status,
 )
@@ -71,13 +75,30 @@ class AttemptResult:
 
 
 class _Progress:
-    """How far the attempt got, so a failure can be blamed on the right stage."""
+    """One attempt's state, shared with the backend and streams through ``_CURRENT``: how
+    far it got (so a failure is blamed on the right stage), its deadline (for the
+    per-address share of a dial), and whether it dialled or reused a connection."""
 
-    def __init__(self) -> None:
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
         self.stage: Stage = "connect"
         self.response_bytes = 0
         self.tls_reason: str | None = None
         self.connect_reason: str | None = None
+        self.connected = False  # this attempt opened a TCP connection
+        self.reused = False  # this attempt's request went out on a connection an earlier one opened
+
+
+#: The attempt running in this task. httpcore dials, handshakes, writes and reads in the
+#: caller's task, so a kept connection's stream reports to whichever attempt uses it now.
+_CURRENT: contextvars.ContextVar[_Progress] = contextvars.ContextVar("switchboard_push_attempt")
+
+
+def _progress() -> _Progress:
+    """The current attempt, or (outside any attempt) one whose deadline has passed, so
+    that nothing can be dialled without an attempt."""
+    progress = _CURRENT.get(None)
+    return progress if progress is not None else _Progress(deadline=0.0)
 
 
 def _causes(exc: BaseException) -> Iterable[BaseException]:
@@ -115,20 +136,21 @@ def _connect_reason(exc: BaseException) -> str:
 
 
 class _PinnedStream(httpcore.AsyncNetworkStream):
-    """Wraps the real stream to record the stage and classify TLS failures."""
+    """Wraps the real stream to record the stage and classify TLS failures, always on the
+    attempt using the stream now (a kept connection serves many attempts)."""
 
-    def __init__(self, inner: httpcore.AsyncNetworkStream, progress: _Progress) -> None:
+    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
         self._inner = inner
-        self._progress = progress
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        self._progress.stage = "response"
+        progress = _progress()
+        progress.stage = "response"
         data = await self._inner.read(max_bytes, timeout)
-        self._progress.response_bytes += len(data)
+        progress.response_bytes += len(data)
         return data
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._progress.stage = "send"
+        _progress().stage = "send"
         await self._inner.write(buffer, timeout)
 
     async def aclose(self) -> None:
@@ -140,13 +162,14 @@ class _PinnedStream(httpcore.AsyncNetworkStream):
         server_hostname: str | None = None,
         timeout: float | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        self._progress.stage = "tls"
+        progress = _progress()
+        progress.stage = "tls"
         try:
             inner = await self._inner.start_tls(ssl_context, server_hostname, timeout)
         except Exception as exc:
-            self._progress.tls_reason = _tls_reason(exc)
+            progress.tls_reason = _tls_reason(exc)
             raise
-        return _PinnedStream(inner, self._progress)
+        return _PinnedStream(inner)
 
     def get_extra_info(self, info: str) -> typing.Any:
         return self._inner.get_extra_info(info)
@@ -155,14 +178,14 @@ class _PinnedStream(httpcore.AsyncNetworkStream):
 class _PinnedBackend(httpcore.AsyncNetworkBackend):
     """Dials only the validated IPs of one target; refuses every other origin.
 
-    The addresses are tried in resolver order, each with a fair share of what is
-    left of the attempt's deadline, so one black-holed address cannot use it all.
+    The addresses are tried in resolver order, each with a fair share of what is left of
+    the current attempt's deadline, so one black-holed address cannot use it all.
     """
 
-    def __init__(self, target: ValidatedTarget, progress: _Progress, deadline: float) -> None:
-        self._target = target
-        self._progress = progress
-        self._deadline = deadline
+    def __init__(self, host: str, port: int, ips: tuple[str, ...]) -> None:
+        self._host = host
+        self._port = port
+        self._ips = ips
         self._inner = httpcore.AnyIOBackend()
 
     async def connect_tcp(
@@ -173,12 +196,13 @@ class _PinnedBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        if (host, port) != (self._target.host, self._target.port):
+        if (host, port) != (self._host, self._port):
             raise httpcore.ConnectError("refusing to dial an origin that was not validated")
-        ips = self._target.ips
+        progress = _progress()
+        ips = self._ips
         last: Exception | None = None
         for index, ip in enumerate(ips):
-            share = max(self._deadline - time.monotonic(), 0.0) / (len(ips) - index)
+            share = max(progress.deadline - time.monotonic(), 0.0) / (len(ips) - index)
             try:
                 stream = await self._inner.connect_tcp(
                     ip, port, timeout=share, local_address=local_address, socket_options=socket_options
@@ -186,11 +210,12 @@ class _PinnedBackend(httpcore.AsyncNetworkBackend):
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
                 last = exc
                 continue
-            return _PinnedStream(stream, self._progress)
+            progress.connected = True
+            return _PinnedStream(stream)
         if last is None:  # pragma: no cover - a ValidatedTarget always has an address
             raise httpcore.ConnectError("no validated address")
         if isinstance(last, httpcore.ConnectError):
-            self._progress.connect_reason = _connect_reason(last)
+            progress.connect_reason = _connect_reason(last)
         raise last
 
     async def connect_unix_socket(
@@ -203,6 +228,125 @@ class _PinnedBackend(httpcore.AsyncNetworkBackend):
 
     async def sleep(self, seconds: float) -> None:
         await anyio.sleep(seconds)
+
+
+class _KeptConnection(httpcore.AsyncConnectionInterface):
+    """One pooled connection: httpcore's own, plus an idle expiry on the Sender's clock
+    (httpcore's reads ``time.monotonic`` itself) and a note on the attempt when the
+    request goes out on a connection an earlier attempt opened.
+
+    httpcore's pool asks ``has_expired`` of every connection whenever a request is queued
+    or a response is closed, so the first call after a connection turns idle starts its
+    idle time; every reuse resets it.
+    """
+
+    def __init__(
+        self, inner: httpcore.AsyncConnectionInterface, expiry: float, clock: Callable[[], float]
+    ) -> None:
+        self._inner = inner
+        self._expiry = expiry
+        self._clock = clock
+        self._requests = 0
+        self._idle_since: float | None = None
+
+    async def handle_async_request(self, request: httpcore.Request) -> httpcore.Response:
+        self._idle_since = None
+        self._requests += 1
+        _progress().reused = self._requests > 1
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def info(self) -> str:
+        return self._inner.info()
+
+    def can_handle_request(self, origin: httpcore.Origin) -> bool:
+        return self._inner.can_handle_request(origin)
+
+    def is_available(self) -> bool:
+        return self._inner.is_available()
+
+    def has_expired(self) -> bool:
+        # httpcore: the server closed the idle socket (it is readable), or the connect failed.
+        if self._inner.has_expired():
+            return True
+        if not self._inner.is_idle():
+            return False
+        now = self._clock()
+        if self._idle_since is None:
+            self._idle_since = now
+        return now - self._idle_since >= self._expiry
+
+    def is_idle(self) -> bool:
+        return self._inner.is_idle()
+
+    def is_closed(self) -> bool:
+        return self._inner.is_closed()
+
+
+class _TargetPool(httpcore.AsyncConnectionPool):
+    """The kept connections of one validated target: its backend dials only that target's
+    addresses. No limit on concurrent connections (an attempt never queues behind
+    another), at most ``max_keepalive`` kept idle."""
+
+    def __init__(
+        self,
+        backend: _PinnedBackend,
+        ssl_context: ssl.SSLContext,
+        *,
+        max_keepalive: int,
+        expiry: float,
+        clock: Callable[[], float],
+    ) -> None:
+        super().__init__(
+            ssl_context=ssl_context,
+            max_connections=None,
+            max_keepalive_connections=max_keepalive,
+            keepalive_expiry=None,  # _KeptConnection expires them, on the Sender's clock
+            retries=0,
+            http1=True,
+            http2=False,
+            network_backend=backend,
+        )
+        self._expiry = expiry
+        self._clock = clock
+
+    def create_connection(self, origin: httpcore.Origin) -> httpcore.AsyncConnectionInterface:
+        return _KeptConnection(super().create_connection(origin), self._expiry, self._clock)
+
+
+_Key = tuple[str, str, int, tuple[str, ...]]
+"""A kept-connection key: scheme, host, port and the exact ordered validated addresses."""
+_Origin = tuple[str, str, int]
+
+#: Connect failures after which an origin fails fast for a while.
+FAST_FAIL_REASONS = frozenset({"connection_refused", "unreachable"})
+_MAX_FAST_FAIL_ORIGINS = 1024
+_MAX_PARSED_URLS = 1024
+
+
+@dataclass(eq=False)
+class _Kept:
+    """A target's pool in the Sender's LRU, with the attempts using it right now."""
+
+    key: _Key
+    pool: _TargetPool
+    users: int = 0
+    idle_since: float = 0.0
+    retired: bool = False  # out of the LRU: closed when its last user leaves
+
+
+@dataclass(frozen=True)
+class _FastFail:
+    until: float
+    reason: str
+    ips: frozenset[str]
+
+
+async def _close_pool(pool: httpcore.AsyncConnectionPool) -> None:
+    with anyio.CancelScope(shield=True):
+        await pool.aclose()
 
 
 def _check_header(name: str, value: str) -> tuple[bytes, bytes]:
@@ -224,12 +368,20 @@ def _retry_after(headers: list[tuple[bytes, bytes]]) -> float | None:
 
 
 class Sender:
-    """Sends one attempt: validate, dial a pinned address, POST, read a capped body.
+    """Sends one attempt: validate, dial a pinned address (or reuse a kept connection to
+    exactly the addresses this validation returned), POST, read a capped body.
 
     ``timeout`` bounds the whole attempt (lookup, connect, TLS, response headers, and
     then whatever is left for reading at most ``max_body`` bytes of the body, which is
-    discarded). Each attempt gets its own pool, so no connection outlives the
-    validation it was dialled under. Redirects are never followed.
+    discarded). Redirects are never followed.
+
+    Keep-alive (docs/push.md, "Connection reuse"): idle connections are kept per
+    ``(scheme, host, port, validated IPs in order)`` for ``keepalive_expiry`` seconds
+    (0: none are kept, one connection per attempt), at most ``max_keepalive_per_target``
+    per key and ``max_targets`` keys (least recently used closed first).
+    ``fast_fail_seconds`` (0: off) is how long an origin whose connect was refused or
+    unreachable fails further attempts without dialling. ``clock`` (monotonic seconds)
+    times those two windows only; tests inject one. Call :meth:`aclose` on shutdown.
     """
 
     def __init__(
@@ -239,11 +391,20 @@ class Sender:
         timeout: float = 5.0,
         max_body: int = 65536,
         ssl_context: ssl.SSLContext | None = None,
+        keepalive_expiry: float = 5.0,
+        max_keepalive_per_target: int = 4,
+        max_targets: int = 256,
+        fast_fail_seconds: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be positive")
         if max_body < 0:
             raise ValueError("max_body must not be negative")
+        if keepalive_expiry < 0 or fast_fail_seconds < 0:
+            raise ValueError("keepalive_expiry and fast_fail_seconds must not be negative")
+        if max_keepalive_per_target < 1 or max_targets < 1:
+            raise ValueError("max_keepalive_per_target and max_targets must be at least 1")
         context = ssl_context if ssl_context is not None else ssl.create_default_context()
         if context.verify_mode != ssl.CERT_REQUIRED or not context.check_hostname:
             raise ValueError("the TLS context must verify certificates and host names")
@@ -251,6 +412,15 @@ class Sender:
         self._timeout = timeout
         self._max_body = max_body
         self._ssl_context = context
+        self._keepalive_expiry = keepalive_expiry
+        self._max_keepalive = max_keepalive_per_target
+        self._max_targets = max_targets
+        self._fast_fail_seconds = fast_fail_seconds
+        self._clock = clock
+        self._kept: OrderedDict[_Key, _Kept] = OrderedDict()
+        self._fast: OrderedDict[_Origin, _FastFail] = OrderedDict()
+        self._origins: OrderedDict[str, _Origin | None] = OrderedDict()
+        self._closed = False
 
     async def send(self, url: str, *, body: bytes, headers: Mapping[str, str]) -> AttemptResult:
         """POST ``body`` to ``url`` once. Returns on 2xx; raises a :class:`PushError`
@@ -264,39 +434,236 @@ class Sender:
             err.duration = time.monotonic() - start
             raise
 
+    def fast_failure(self, url: str) -> PushError | None:
+        """The error :meth:`send` would fail ``url`` with right now without dialling, when
+        its origin's last attempt was refused at connect (or unreachable) less than
+        ``fast_fail_seconds`` ago; else ``None``. No I/O: the URL is parsed as the
+        validator parses it, but not resolved, so this cannot tell that the URL would now
+        be refused (``rejected_ssrf``) or resolve elsewhere; :meth:`send` validates first
+        and fast-fails only for the same addresses. A caller may skip an attempt on it
+        because a fast-failed attempt dials nothing either. The error has
+        ``fast_fail=True`` and ``duration`` 0."""
+        if not self._fast:
+            return None
+        origin = self._origin(url)
+        if origin is None:
+            return None
+        err = self._fast_failed(origin, None)
+        if err is not None:
+            err.duration = 0.0
+        return err
+
+    async def aclose(self) -> None:
+        """Close every kept connection. Attempts still running finish on their
+        connections, which are then closed; later attempts keep no connection."""
+        self._closed = True
+        kept = list(self._kept.values())
+        self._kept.clear()
+        for entry in kept:
+            entry.retired = True
+            if entry.users == 0:
+                await _close_pool(entry.pool)
+
+    # -- fast-fail ------------------------------------------------------------------------
+
+    def _origin(self, url: str) -> _Origin | None:
+        if url in self._origins:
+            self._origins.move_to_end(url)
+            return self._origins[url]
+        try:
+            origin: _Origin | None = self._validator.origin(url)
+        except TargetRejected:
+            origin = None
+        self._origins[url] = origin
+        if len(self._origins) > _MAX_PARSED_URLS:
+            self._origins.popitem(last=False)
+        return origin
+
+    def _fast_failed(self, origin: _Origin, ips: tuple[str, ...] | None) -> NetworkFailure | None:
+        entry = self._fast.get(origin)
+        if entry is None:
+            return None
+        if self._clock() >= entry.until:
+            del self._fast[origin]
+            return None
+        if ips is not None and frozenset(ips) != entry.ips:
+            return None  # resolves elsewhere now: dial it
+        return NetworkFailure(stage="connect", reason=entry.reason, fast_fail=True)
+
+    def _remember(self, target: ValidatedTarget, progress: _Progress, err: PushError | None) -> None:
+        """After one request: a connection to the origin clears its fast-fail; a refused
+        or unreachable connect (re)arms it."""
+        origin = (target.scheme, target.host, target.port)
+        if progress.connected or progress.reused:
+            self._fast.pop(origin, None)
+            return
+        if (
+            self._fast_fail_seconds > 0
+            and isinstance(err, NetworkFailure)
+            and err.stage == "connect"
+            and err.reason in FAST_FAIL_REASONS
+        ):
+            self._fast[origin] = _FastFail(
+                self._clock() + self._fast_fail_seconds, err.reason, frozenset(target.ips)
+            )
+            self._fast.move_to_end(origin)
+            if len(self._fast) > _MAX_FAST_FAIL_ORIGINS:
+                self._fast.popitem(last=False)
+
+    # -- kept connections -----------------------------------------------------------------
+
+    async def _acquire(self, key: _Key) -> _Kept:
+        entry = self._kept.get(key)
+        evicted: list[_Kept] = []
+        if entry is None:
+            backend = _PinnedBackend(key[1], key[2], key[3])
+            pool = _TargetPool(
+                backend,
+                self._ssl_context,
+                max_keepalive=self._max_keepalive,
+                expiry=self._keepalive_expiry,
+                clock=self._clock,
+            )
+            entry = self._kept[key] = _Kept(key, pool)
+            while len(self._kept) > self._max_targets:
+                _, old = self._kept.popitem(last=False)
+                old.retired = True
+                if old.users == 0:
+                    evicted.append(old)
+        else:
+            self._kept.move_to_end(key)
+        entry.users += 1
+        for old in evicted:
+            await _close_pool(old.pool)
+        return entry
+
+    async def _release(self, entry: _Kept) -> None:
+        entry.users -= 1
+        if entry.users:
+            return
+        entry.idle_since = self._clock()
+        if entry.retired or not entry.pool.connections:
+            if self._kept.get(entry.key) is entry:
+                del self._kept[entry.key]
+            await _close_pool(entry.pool)
+
+    async def _sweep(self) -> None:
+        """Close the pools of targets idle for longer than the expiry (oldest first), so
+        a target that is never sent to again does not hold its sockets until shutdown."""
+        now = self._clock()
+        expired: list[_Kept] = []
+        for entry in self._kept.values():
+            if entry.users:
+                continue
+            if now - entry.idle_since < self._keepalive_expiry:
+                break
+            expired.append(entry)
+        for entry in expired:
+            del self._kept[entry.key]
+            entry.retired = True
+        for entry in expired:
+            await _close_pool(entry.pool)
+
+    # -- one attempt ----------------------------------------------------------------------
+
     async def _attempt(
         self, url: str, body: bytes, extra: list[tuple[bytes, bytes]], start: float
     ) -> AttemptResult:
         deadline = start + self._timeout
-        progress = _Progress()
         try:
             with anyio.fail_after(self._timeout):
                 target = await self._validator.check_attempt(url)
         except TimeoutError:
             raise AttemptTimeout(stage="connect", reason="dns_timeout") from None
-        pool = httpcore.AsyncConnectionPool(
-            ssl_context=self._ssl_context,
-            max_connections=1,
-            max_keepalive_connections=0,
-            retries=0,
-            http1=True,
-            http2=False,
-            network_backend=_PinnedBackend(target, progress, deadline),
-        )
+        # Only after validation passed: a URL that would now be refused is rejected_ssrf.
+        fast = self._fast_failed((target.scheme, target.host, target.port), target.ips)
+        if fast is not None:
+            raise fast
+        progress = _Progress(deadline)
+        token = _CURRENT.set(progress)
         try:
-            response = await self._request(pool, target, body, extra, progress, deadline)
             try:
-                read = await self._drain(response, deadline)
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await response.aclose()
+                status, headers, read = await self._exchange(target, body, extra, progress)
+            except NetworkFailure as err:
+                if not self._stale(err, progress):
+                    raise
+                # The kept connection was closed under us before a byte of response came
+                # back: once more, on a fresh connection, within the same deadline.
+                progress = _Progress(deadline)
+                _CURRENT.set(progress)
+                status, headers, read = await self._exchange(target, body, extra, progress, fresh=True)
         finally:
-            with anyio.CancelScope(shield=True):
-                await pool.aclose()
-        failure = error_for_status(response.status, retry_after=_retry_after(response.headers))
+            _CURRENT.reset(token)
+        failure = error_for_status(status, retry_after=_retry_after(headers))
         if failure is not None:
             raise failure
-        return AttemptResult(response.status, time.monotonic() - start, read)
+        return AttemptResult(status, time.monotonic() - start, read)
+
+    @staticmethod
+    def _stale(err: NetworkFailure, progress: _Progress) -> bool:
+        return (
+            progress.reused
+            and err.reason == "connection_lost"
+            and progress.response_bytes == 0
+            and time.monotonic() < progress.deadline
+        )
+
+    async def _exchange(
+        self,
+        target: ValidatedTarget,
+        body: bytes,
+        extra: list[tuple[bytes, bytes]],
+        progress: _Progress,
+        *,
+        fresh: bool = False,
+    ) -> tuple[int, list[tuple[bytes, bytes]], int]:
+        """One request on a kept connection for this target (or a new one that may be
+        kept), or, with ``fresh``, keep-alive off or after ``aclose``, on a connection
+        of its own that is closed afterwards."""
+        if fresh or self._closed or self._keepalive_expiry == 0:
+            pool = httpcore.AsyncConnectionPool(
+                ssl_context=self._ssl_context,
+                max_connections=1,
+                max_keepalive_connections=0,
+                retries=0,
+                http1=True,
+                http2=False,
+                network_backend=_PinnedBackend(target.host, target.port, target.ips),
+            )
+            try:
+                return await self._exchange_on(pool, target, body, extra, progress)
+            finally:
+                await _close_pool(pool)
+        await self._sweep()
+        entry = await self._acquire((target.scheme, target.host, target.port, target.ips))
+        try:
+            return await self._exchange_on(entry.pool, target, body, extra, progress)
+        finally:
+            await self._release(entry)
+
+    async def _exchange_on(
+        self,
+        pool: httpcore.AsyncConnectionPool,
+        target: ValidatedTarget,
+        body: bytes,
+        extra: list[tuple[bytes, bytes]],
+        progress: _Progress,
+    ) -> tuple[int, list[tuple[bytes, bytes]], int]:
+        try:
+            response = await self._request(pool, target, body, extra, progress)
+        except PushError as err:
+            self._remember(target, progress, err)
+            raise
+        self._remember(target, progress, None)
+        try:
+            read = await self._drain(response, progress.deadline)
+        finally:
+            # A body not read to its end leaves h11 mid-message: httpcore then closes the
+            # connection instead of keeping it (as after a timeout, a protocol error or
+            # "Connection: close").
+            with anyio.CancelScope(shield=True):
+                await response.aclose()
+        return response.status, response.headers, read
 
     async def _request(
         self,
@@ -305,7 +672,6 @@ class Sender:
         body: bytes,
         extra: list[tuple[bytes, bytes]],
         progress: _Progress,
-        deadline: float,
     ) -> httpcore.Response:
         """Everything up to the response headers, under the attempt deadline."""
         headers = [
@@ -327,7 +693,7 @@ class Sender:
             extensions={"sni_hostname": target.host},
         )
         try:
-            with anyio.fail_after(max(deadline - time.monotonic(), 0.0)):
+            with anyio.fail_after(max(progress.deadline - time.monotonic(), 0.0)):
                 return await pool.handle_async_request(request)
         except (TimeoutError, httpcore.TimeoutException):
             raise AttemptTimeout(stage=progress.stage) from None

@@ -114,6 +114,13 @@ class Validator:
         self._resolver: Resolver = resolver if resolver is not None else system_resolver
         self._timeout = timeout
 
+    def origin(self, url: str) -> tuple[str, str, int]:
+        """The ``(scheme, host, port)`` that :meth:`check_attempt` would validate for
+        ``url``, parsed exactly as it parses them, with no lookup. Raises
+        :class:`TargetRejected` for a URL whose shape it would refuse."""
+        parsed = parse_url(url, allow_http=self._allow_http)
+        return parsed.scheme, parsed.host, parsed.port
+
     async def check(self, url: str) -> ValidatedTarget:
         """Validate at create time: any failure, a failed lookup included, is a
         :class:`TargetRejected` (``unresolvable`` for the lookup)."""

@@ -88,14 +88,21 @@ def resolver() -> StaticResolver:
 
 
 @pytest.fixture
-def make_sender(resolver: StaticResolver, trustme_ca: trustme.CA) -> Callable[..., Sender]:
+async def make_sender(
+    resolver: StaticResolver, trustme_ca: trustme.CA
+) -> AsyncIterator[Callable[..., Sender]]:
+    made: list[Sender] = []
+
     def make(
         *, allow: tuple[str, ...] = ("127.0.0.1/32", "::1/128"), timeout: float = 5.0, **kw: object
     ) -> Sender:
         validator = Validator(allow_cidrs=allow, resolver=resolver, **kw)  # type: ignore[arg-type]
-        return Sender(validator, timeout=timeout, ssl_context=client_ssl_context(trustme_ca))
+        made.append(Sender(validator, timeout=timeout, ssl_context=client_ssl_context(trustme_ca)))
+        return made[-1]
 
-    return make
+    yield make
+    for sender in made:  # their kept connections
+        await sender.aclose()
 
 
 @pytest.fixture

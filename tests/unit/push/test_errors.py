@@ -116,3 +116,18 @@ def test_status_mapping(status: int, expected: type[PushError] | None) -> None:
     else:
         assert type(error) is expected
         assert error is not None and error.status == status and str(status) in str(error)
+
+
+def test_fast_fail_is_marked_without_changing_the_taxonomy() -> None:
+    plain = NetworkFailure(stage="connect", reason="connection_refused")
+    fast = NetworkFailure(stage="connect", reason="connection_refused", fast_fail=True)
+    assert (plain.fast_fail, fast.fast_fail) == (False, True)
+    assert (fast.stage, fast.reason, fast.result, fast.retryable) == (
+        plain.stage,
+        plain.reason,
+        plain.result,
+        plain.retryable,
+    )
+    assert str(fast) == "push attempt failed during connect (connection_refused; fast-fail, not dialled)"
+    for other in (TargetRejected("private"), AttemptTimeout(stage="tls"), TLSFailure("certificate")):
+        assert other.fast_fail is False

@@ -5,14 +5,12 @@ from __future__ import annotations
 import httpcore
 import pytest
 
-from switchboard.push import ValidatedTarget
-from switchboard.push._transport import _PinnedBackend, _Progress
+from switchboard.push._transport import _PinnedBackend
 
 
 @pytest.fixture
 def backend() -> _PinnedBackend:
-    target = ValidatedTarget("https", "hooks.test", 443, "/", ("127.0.0.1",))
-    return _PinnedBackend(target, _Progress(), deadline=0.0)
+    return _PinnedBackend("hooks.test", 443, ("127.0.0.1",))
 
 
 @pytest.mark.parametrize(("host", "port"), [("evil.test", 443), ("hooks.test", 444), ("127.0.0.1", 443)])
