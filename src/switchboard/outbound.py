@@ -1,6 +1,7 @@
 """The Validator and Sender every outbound call goes through (notify hooks, A2A push), configured from
 the operator's settings and the test seams on Services. One pair per allowlist, cached per instance:
-notify hooks and A2A push have separate allowlists, and everything else is shared."""
+notify hooks and A2A push have separate allowlists, and everything else is shared. Each Sender keeps
+idle connections; ``Services.close`` closes them on shutdown."""
 
 from __future__ import annotations
 
@@ -26,7 +27,9 @@ def outbound_for(services: Services, allow_cidrs: Sequence[str]) -> tuple[Valida
         listen_addresses=[(s.listen_host, s.listen_port)],
         resolver=services.resolver,
     )
-    cache[key] = (validator, Sender(validator, ssl_context=services.ssl_context))
+    sender = Sender(validator, ssl_context=services.ssl_context)
+    cache[key] = (validator, sender)
+    services.extras.setdefault("on_close", []).append(sender.aclose)  # its kept connections
     return cache[key]
 
 

@@ -40,7 +40,11 @@ class Services:
     extras: dict[str, Any] = field(default_factory=dict)
 
     async def close(self) -> None:
-        await self.db.dispose()
+        try:
+            for aclose in self.extras.pop("on_close", []):  # e.g. the outbound Senders' kept connections
+                await aclose()
+        finally:
+            await self.db.dispose()
 
 
 def build_services(
