@@ -3,18 +3,36 @@
 * The ceiling is enforced in the transaction that inserts: the endpoint row is locked first
   (``FOR UPDATE`` on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` serialises writers), then counted.
 * Health updates are single parameterized statements on the hook row alone: ingest and claim never
-  touch ``notify_hooks``, so nothing on those paths waits on them (REQ-13).
+  touch ``notify_hooks``, so nothing on those paths waits on them (REQ-13). The dispatcher folds the
+  ordered outcomes of one hook's deliveries since its last write (:class:`HealthFold`) and writes them
+  with one statement (:meth:`HookStore.record_outcomes`), which also disables the hook at the 10th
+  failure in a row (REQ-8).
+* The dispatch path's statements (matching, ``sendable``, the health fold) are built once, at import,
+  with bound parameters: per call they are only executed, never rebuilt and cache-keyed again.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import Row, and_, case, delete, func, insert, select, update
+from sqlalchemy import (
+    BigInteger,
+    Integer,
+    Row,
+    String,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
 
 from switchboard.clock import Clock, ms
 from switchboard.cred import Envelope
@@ -26,6 +44,7 @@ from switchboard.store.db import Database
 from switchboard.store.schema import endpoints, notify_hooks
 
 DISABLE_AFTER = 10
+NOTIFICATION_IDS_LOGGED = 32  # a fold's health-write failure names at most this many notification ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,22 +91,137 @@ class Hook:
 
 
 @dataclass(frozen=True, slots=True)
+class MatchedHook:
+    """One enabled hook as matching reads it: its row, and its URL still sealed (opened only on a match)."""
+
+    hook: Hook
+    url_sealed: bytes = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointHooks:
+    """Matching's view of one endpoint, read in the same statement as its enabled hooks."""
+
+    endpoint: Endpoint  # scope (queues), presence, owner, slug: as they are at fire time
+    hooks: tuple[MatchedHook, ...]  # ordered by hook id
+
+
+@dataclass(frozen=True, slots=True)
 class SendableHook:
     """What one attempt needs, read fresh right before it starts."""
 
     id: str
-    url: str
-    secrets: tuple[str, ...]  # newest first; two during a rotation grace
+    url: str = field(repr=False)
+    secrets: tuple[str, ...] = field(repr=False)  # newest first; two during a rotation grace
+    consecutive_failures: int = 0  # as stored: outcomes not yet written are the dispatcher's to add
 
 
 @dataclass(frozen=True, slots=True)
 class HealthOutcome:
     consecutive_failures: int
     disabled_now: bool
+    disabled_at: int | None = None
+
+
+@dataclass(slots=True)
+class HealthFold:
+    """The ordered outcomes of one hook's deliveries since its health was last written, folded so that
+    one statement applies them as if each had been written in turn (REQ-8): a delivered notification
+    resets the streak to 0, a failed one adds 1, the streak reaching 10 on an enabled hook disables it,
+    and the last outcome sets ``last_status``, ``last_error`` and ``last_attempt_at``."""
+
+    lead: int = 0  # failed deliveries before the first delivered one (all of them when none was)
+    reset: bool = False  # some delivery succeeded: the stored streak no longer counts
+    run: int = 0  # failed deliveries after the last delivered one: the streak after this fold
+    peak: int = 0  # the longest run of failed deliveries after a delivered one
+    failures: int = 0
+    outcomes: int = 0
+    status: int | None = None
+    error: str | None = None
+    at: int = 0
+    notification_ids: list[str] = field(default_factory=list)
+
+    def delivered(self, status: int, at: int, notification_id: str) -> None:
+        self.reset, self.run = True, 0
+        self._last(status, None, at, notification_id)
+
+    def failed(self, status: int | None, error: str, at: int, notification_id: str) -> None:
+        self.failures += 1
+        if self.reset:
+            self.run += 1
+            self.peak = max(self.peak, self.run)
+        else:
+            self.lead += 1
+        self._last(status, error, at, notification_id)
+
+    def _last(self, status: int | None, error: str | None, at: int, notification_id: str) -> None:
+        self.outcomes += 1
+        self.status, self.error, self.at = status, error, at
+        self.notification_ids.append(notification_id)
+        if len(self.notification_ids) > NOTIFICATION_IDS_LOGGED:
+            del self.notification_ids[0]
+
+    def trips(self, streak: int) -> bool:
+        """Would this fold, applied to an enabled hook whose stored streak is ``streak``, disable it?"""
+        return self.failures > 0 and (streak + self.lead >= DISABLE_AFTER or self.peak >= DISABLE_AFTER)
+
+    def after(self, streak: int) -> int:
+        """The streak once this fold is applied to ``streak``."""
+        return self.run if self.reset else streak + self.lead
 
 
 def _aad(hook_id: str, field: str) -> str:
     return f"notify_hooks:{hook_id}:{field}"
+
+
+_H = notify_hooks.c
+
+# Matching: the endpoints of a batch of transitions with their enabled hooks, one statement. The
+# secrets are not read here (``sendable`` reads them right before an attempt).
+_MATCH = (
+    select(
+        *(c for c in notify_hooks.c if c.name not in ("secret_enc", "prev_secret_enc")),
+        *(c.label(f"ep_{c.name}") for c in endpoints.c),
+    )
+    .join_from(notify_hooks, endpoints, endpoints.c.id == _H.endpoint_id)
+    .where(_H.endpoint_id.in_(bindparam("p_endpoint_ids", expanding=True)), _H.enabled.is_(True))
+    .order_by(_H.endpoint_id, _H.id)
+)
+
+_SENDABLE = select(
+    _H.url_enc, _H.secret_enc, _H.prev_secret_enc, _H.prev_secret_expires_at, _H.consecutive_failures
+).where(_H.id == bindparam("p_hook_id", type_=String), _H.enabled.is_(True))
+
+
+def _fold_statement(*, reset: bool, peak_trips: bool) -> Any:
+    """One statement per fold shape. ``p_lead`` is added to the stored streak (the failures before the
+    first success); after a success the streak is ``p_run`` whatever was stored; the hook is disabled
+    when it is enabled and the streak reached 10 at any point of the fold."""
+    added = _H.consecutive_failures + bindparam("p_lead", type_=Integer)
+    streak = bindparam("p_run", type_=Integer) if reset else added
+    enabled = _H.enabled.is_(True)
+    trips = enabled if peak_trips else and_(enabled, added >= DISABLE_AFTER)
+    return (
+        update(notify_hooks)
+        .where(_H.id == bindparam("p_hook_id", type_=String))
+        .values(
+            last_attempt_at=bindparam("p_at", type_=BigInteger),
+            last_status=bindparam("p_status", type_=Integer),
+            last_error=bindparam("p_error", type_=String),
+            consecutive_failures=streak,
+            disabled_reason=case((trips, "consecutive_failures"), else_=_H.disabled_reason),
+            disabled_at=case((trips, bindparam("p_disabled_at", type_=BigInteger)), else_=_H.disabled_at),
+            enabled=case((trips, False), else_=_H.enabled),
+        )
+        .returning(_H.consecutive_failures, _H.enabled, _H.disabled_reason, _H.disabled_at)
+    )
+
+
+_FOLD = {
+    (False, False): _fold_statement(reset=False, peak_trips=False),
+    (True, False): _fold_statement(reset=True, peak_trips=False),
+    (True, True): _fold_statement(reset=True, peak_trips=True),
+}
 
 
 class HookStore:
@@ -231,36 +365,51 @@ class HookStore:
             return [Hook.from_row(r) for r in (await conn.execute(stmt)).all()]
 
     async def enabled_with_endpoint(self, endpoint_id: str) -> tuple[Endpoint, list[Hook]] | None:
-        """Matching's one query: the endpoint (scope, presence, owner) with its enabled hooks."""
-        stmt = (
-            select(notify_hooks, *(c.label(f"ep_{c.name}") for c in endpoints.c))
-            .join(endpoints, endpoints.c.id == notify_hooks.c.endpoint_id)
-            .where(notify_hooks.c.endpoint_id == endpoint_id, notify_hooks.c.enabled.is_(True))
-        )
-        async with self.db.read() as conn:
-            rows = (await conn.execute(stmt)).all()
-        if not rows:
+        """One endpoint's matching read (see :meth:`enabled_with_endpoints`)."""
+        found = (await self.enabled_with_endpoints([endpoint_id])).get(endpoint_id)
+        if found is None:
             return None
-        ep = rows[0]._mapping
-        endpoint = Endpoint.from_row(SimpleNamespace(**{c.name: ep[f"ep_{c.name}"] for c in endpoints.c}))  # type: ignore[arg-type]
-        return endpoint, [Hook.from_row(r) for r in rows]
+        return found.endpoint, [m.hook for m in found.hooks]
+
+    async def enabled_with_endpoints(self, endpoint_ids: Iterable[str]) -> dict[str, EndpointHooks]:
+        """Matching's one query for a whole batch: each endpoint (scope, presence, owner) with its enabled
+        hooks, keyed by endpoint id. An endpoint with no enabled hook is absent."""
+        ids = sorted(set(endpoint_ids))
+        if not ids:
+            return {}
+        async with self.db.read() as conn:
+            rows = (await conn.execute(_MATCH, {"p_endpoint_ids": ids})).all()
+        found: dict[str, EndpointHooks] = {}
+        grouped: dict[str, list[MatchedHook]] = {}
+        for row in rows:
+            hooks = grouped.get(row.endpoint_id)
+            if hooks is None:
+                m = row._mapping
+                ns = SimpleNamespace(**{c.name: m[f"ep_{c.name}"] for c in endpoints.c})
+                hooks = grouped[row.endpoint_id] = []
+                found[row.endpoint_id] = EndpointHooks(Endpoint.from_row(ns), ())  # type: ignore[arg-type]
+            hooks.append(MatchedHook(Hook.from_row(row), row.url_enc))
+        return {eid: EndpointHooks(e.endpoint, tuple(grouped[eid])) for eid, e in found.items()}
+
+    def open_url(self, hook_id: str, sealed: bytes) -> str:
+        """A matched hook's URL (``MatchedHook.url_sealed``); raises ``EnvelopeError`` when it does not open."""
+        return self.envelope.open(sealed, _aad(hook_id, "url"))
 
     async def sendable(self, hook_id: str) -> SendableHook | None:
         """Read right before an attempt: a deleted or disabled hook gets no attempt."""
-        stmt = select(
-            notify_hooks.c.url_enc,
-            notify_hooks.c.secret_enc,
-            notify_hooks.c.prev_secret_enc,
-            notify_hooks.c.prev_secret_expires_at,
-        ).where(notify_hooks.c.id == hook_id, notify_hooks.c.enabled.is_(True))
         async with self.db.read() as conn:
-            row = (await conn.execute(stmt)).first()
+            row = (await conn.execute(_SENDABLE, {"p_hook_id": hook_id})).first()
         if row is None:
             return None
         secrets = [self.envelope.open(row.secret_enc, _aad(hook_id, "secret"))]
         if row.prev_secret_enc is not None and (row.prev_secret_expires_at or 0) > ms(self.clock.now()):
             secrets.append(self.envelope.open(row.prev_secret_enc, _aad(hook_id, "prev_secret")))
-        return SendableHook(hook_id, self.envelope.open(row.url_enc, _aad(hook_id, "url")), tuple(secrets))
+        return SendableHook(
+            hook_id,
+            self.envelope.open(row.url_enc, _aad(hook_id, "url")),
+            tuple(secrets),
+            int(row.consecutive_failures),
+        )
 
     async def destroy_expired_secrets(self) -> int:
         """REQ-4: when the grace period ends, the previous secret is destroyed."""
@@ -282,47 +431,50 @@ class HookStore:
             )
 
     async def record_delivered(self, hook_id: str, status: int, at_ms: int | None = None) -> None:
-        async with self.db.begin() as conn:
-            await conn.execute(
-                update(notify_hooks)
-                .where(notify_hooks.c.id == hook_id)
-                .values(
-                    last_attempt_at=at_ms if at_ms is not None else ms(self.clock.now()),
-                    last_status=status,
-                    last_error=None,
-                    consecutive_failures=0,
-                )
-            )
+        fold = HealthFold()
+        fold.delivered(status, at_ms if at_ms is not None else ms(self.clock.now()), "")
+        await self.record_outcomes(hook_id, fold)
 
     async def record_failed(self, hook_id: str, status: int | None, error: str) -> HealthOutcome | None:
-        """One statement: bump the streak and, at the threshold, disable (REQ-8)."""
-        now = ms(self.clock.now())
-        streak = notify_hooks.c.consecutive_failures + 1
-        trips = and_(notify_hooks.c.enabled.is_(True), streak >= DISABLE_AFTER)
+        """One failed delivery, written at once (the dispatcher folds them: :meth:`record_outcomes`)."""
+        fold = HealthFold()
+        fold.failed(status, error, ms(self.clock.now()), "")
+        return await self.record_outcomes(hook_id, fold)
+
+    async def record_outcomes(
+        self, hook_id: str, fold: HealthFold, *, disabled_at: int | None = None
+    ) -> HealthOutcome | None:
+        """One statement applies ``fold`` to the hook row: streak, last status, error and attempt time, and
+        at the 10th failure in a row on an enabled hook, the disable (REQ-8). ``None``: no such hook.
+
+        ``disabled_at`` (default: the fold's last outcome time) is what a disable writes, and how this
+        call knows it was the one that disabled: the caller passes a value no earlier disable of this
+        hook that it has seen carries (the dispatcher keeps them), so ``disabled_now`` is true once per
+        disable even when the clock stands still."""
+        if fold.outcomes == 0:
+            raise ValueError("an empty fold writes nothing")
+        stamp = fold.at if disabled_at is None else disabled_at
+        stmt = _FOLD[(fold.reset, fold.peak >= DISABLE_AFTER)]
+        params = {
+            "p_hook_id": hook_id,
+            "p_lead": fold.lead,
+            "p_at": fold.at,
+            "p_status": fold.status,
+            "p_error": fold.error,
+            "p_disabled_at": stamp,
+        }
+        if fold.reset:
+            params["p_run"] = fold.run
         async with self.db.begin() as conn:
-            row = (
-                await conn.execute(
-                    update(notify_hooks)
-                    .where(notify_hooks.c.id == hook_id)
-                    .values(
-                        last_attempt_at=now,
-                        last_status=status,
-                        last_error=error,
-                        consecutive_failures=streak,
-                        disabled_reason=case(
-                            (trips, "consecutive_failures"), else_=notify_hooks.c.disabled_reason
-                        ),
-                        disabled_at=case((trips, now), else_=notify_hooks.c.disabled_at),
-                        enabled=case((trips, False), else_=notify_hooks.c.enabled),
-                    )
-                    .returning(
-                        notify_hooks.c.consecutive_failures,
-                        notify_hooks.c.disabled_reason,
-                        notify_hooks.c.disabled_at,
-                    )
-                )
-            ).first()
+            row = (await conn.execute(stmt, params)).first()
         if row is None:
             return None
-        disabled_now = row.disabled_reason == "consecutive_failures" and row.disabled_at == now
-        return HealthOutcome(int(row.consecutive_failures), disabled_now)
+        disabled_now = (
+            fold.failures > 0
+            and not row.enabled
+            and row.disabled_reason == "consecutive_failures"
+            and row.disabled_at == stamp
+            # without a success in the fold, the streak before it is known: it must have been below 10
+            and (fold.reset or int(row.consecutive_failures) - fold.lead < DISABLE_AFTER)
+        )
+        return HealthOutcome(int(row.consecutive_failures), disabled_now, row.disabled_at)

@@ -1,0 +1,195 @@
+"""HookStore's dispatch statements on SQLite and PostgreSQL: the batch matching read, ``sendable``, and
+the folded health write (REQ-8: a success resets, each failed delivery adds one, the 10th in a row on an
+enabled hook disables it in the same statement, once)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from switchboard.clock import ms
+from switchboard.notify.store import DISABLE_AFTER, HealthFold
+from tests.unit.notify.conftest import NotifyDB, queries, selects_on_hooks, updates_on_hooks
+
+
+def fold_of(outcomes: str, at: int = 1000) -> HealthFold:
+    """'F' a failed delivery (503), 'S' a delivered one (204)."""
+    fold = HealthFold()
+    for i, o in enumerate(outcomes):
+        if o == "S":
+            fold.delivered(204, at + i, f"msg_{i}")
+        else:
+            fold.failed(503, "server_error", at + i, f"msg_{i}")
+    return fold
+
+
+def step_by_step(streak: int, enabled: bool, outcomes: str) -> tuple[int, bool, bool]:
+    """REQ-8 applied one outcome at a time: (streak, enabled, disabled by these outcomes)."""
+    tripped = False
+    for o in outcomes:
+        streak = 0 if o == "S" else streak + 1
+        if enabled and streak >= DISABLE_AFTER:
+            enabled, tripped = False, True
+    return streak, enabled, tripped
+
+
+@given(st.integers(0, DISABLE_AFTER - 1), st.text(alphabet="SF", min_size=1, max_size=40))
+def test_a_fold_is_its_outcomes_applied_in_turn(streak: int, outcomes: str) -> None:
+    fold = fold_of(outcomes)
+    final, _, tripped = step_by_step(streak, True, outcomes)
+    assert fold.after(streak) == final
+    assert fold.trips(streak) == tripped
+    assert fold.outcomes == len(outcomes) and fold.failures == outcomes.count("F")
+    assert fold.error == ("server_error" if outcomes[-1] == "F" else None)
+
+
+async def test_ten_failures_in_one_fold_disable_once(ndb: NotifyDB) -> None:
+    hook = await ndb.hook(await ndb.endpoint("ep-a"))
+    with ndb.statements() as seen:
+        outcome = await ndb.hooks.record_outcomes(hook.id, fold_of("F" * 10))
+    assert len(queries(seen)) == 1 and len(updates_on_hooks(seen)) == 1
+    assert outcome is not None and outcome.disabled_now and outcome.consecutive_failures == 10
+    row = await ndb.row(hook.id)
+    assert not row.enabled and row.disabled_reason == "consecutive_failures"
+    assert row.disabled_at == 1009 and row.last_attempt_at == 1009
+    assert row.last_status == 503 and row.last_error == "server_error"
+    # a later fold on the disabled hook (an attempt that was in flight) is not a second disable,
+    # even at the same instant
+    again = await ndb.hooks.record_outcomes(hook.id, fold_of("F", at=1009))
+    assert again is not None and not again.disabled_now and again.consecutive_failures == 11
+    assert (await ndb.row(hook.id)).disabled_at == 1009
+
+
+async def test_the_stored_streak_counts(ndb: NotifyDB) -> None:
+    hook = await ndb.hook(await ndb.endpoint("ep-a"))
+    await ndb.set_hook(hook.id, consecutive_failures=7)
+    outcome = await ndb.hooks.record_outcomes(hook.id, fold_of("FF"))
+    assert outcome is not None and not outcome.disabled_now and outcome.consecutive_failures == 9
+    assert (await ndb.row(hook.id)).enabled
+    outcome = await ndb.hooks.record_outcomes(hook.id, fold_of("F"))
+    assert outcome is not None and outcome.disabled_now and not (await ndb.row(hook.id)).enabled
+
+
+async def test_a_success_resets_and_failures_after_it_count_from_zero(ndb: NotifyDB) -> None:
+    hook = await ndb.hook(await ndb.endpoint("ep-a"))
+    await ndb.set_hook(hook.id, consecutive_failures=7)
+    outcome = await ndb.hooks.record_outcomes(hook.id, fold_of("SFFF"))
+    row = await ndb.row(hook.id)
+    assert outcome is not None and not outcome.disabled_now
+    assert row.consecutive_failures == 3 and row.enabled
+    assert row.last_status == 503 and row.last_error == "server_error" and row.last_attempt_at == 1003
+
+
+async def test_a_success_after_failures_resets(ndb: NotifyDB) -> None:
+    hook = await ndb.hook(await ndb.endpoint("ep-a"))
+    await ndb.set_hook(hook.id, consecutive_failures=7)
+    await ndb.hooks.record_outcomes(hook.id, fold_of("FFS"))  # 9, then delivered
+    row = await ndb.row(hook.id)
+    assert row.consecutive_failures == 0 and row.enabled
+    assert row.last_status == 204 and row.last_error is None and row.last_attempt_at == 1002
+
+
+async def test_reaching_ten_inside_a_fold_disables_even_when_a_success_follows(ndb: NotifyDB) -> None:
+    for slug, stored, outcomes in (
+        ("ep-a", 0, "F" * 10 + "S"),
+        ("ep-b", 0, "S" + "F" * 10 + "S"),
+        ("ep-c", 8, "FFS"),
+    ):
+        hook = await ndb.hook(await ndb.endpoint(slug))
+        await ndb.set_hook(hook.id, consecutive_failures=stored)
+        outcome = await ndb.hooks.record_outcomes(hook.id, fold_of(outcomes))
+        row = await ndb.row(hook.id)
+        assert outcome is not None and outcome.disabled_now, slug
+        assert not row.enabled and row.disabled_reason == "consecutive_failures", slug
+        assert row.consecutive_failures == 0 and row.last_status == 204, slug
+
+
+async def test_a_disabled_hook_is_not_disabled_again_and_keeps_its_reason(ndb: NotifyDB) -> None:
+    hook = await ndb.hook(await ndb.endpoint("ep-a"))
+    assert await ndb.hooks.set_enabled_by_owner(hook.endpoint_id, hook.id, False)
+    outcome = await ndb.hooks.record_outcomes(hook.id, fold_of("F" * 12))
+    row = await ndb.row(hook.id)
+    assert outcome is not None and not outcome.disabled_now
+    assert row.disabled_reason == "operator" and row.consecutive_failures == 12
+
+
+async def test_a_deleted_hook_writes_nothing(ndb: NotifyDB) -> None:
+    endpoint = await ndb.endpoint("ep-a")
+    hook = await ndb.hook(endpoint)
+    await ndb.hooks.delete(endpoint.id, hook.id)
+    assert await ndb.hooks.record_outcomes(hook.id, fold_of("F")) is None
+
+
+async def test_the_legacy_single_outcome_writes_still_work(ndb: NotifyDB) -> None:
+    hook = await ndb.hook(await ndb.endpoint("ep-a"))
+    for _ in range(DISABLE_AFTER - 1):
+        outcome = await ndb.hooks.record_failed(hook.id, None, "timeout")
+        assert outcome is not None and not outcome.disabled_now
+    outcome = await ndb.hooks.record_failed(hook.id, None, "timeout")
+    assert outcome is not None and outcome.disabled_now
+    await ndb.hooks.record_delivered(hook.id, 204)
+    row = await ndb.row(hook.id)
+    assert row.consecutive_failures == 0 and not row.enabled and row.last_error is None
+
+
+async def test_matching_reads_every_endpoint_of_a_batch_in_one_statement(ndb: NotifyDB) -> None:
+    a = await ndb.endpoint("ep-a", ("inbox", "reviews"))
+    b = await ndb.endpoint("ep-b")
+    c = await ndb.endpoint("ep-c")  # no hooks
+    d = await ndb.endpoint("ep-d")  # only a disabled hook
+    a2, a1 = await ndb.hook(a, path="/a2"), await ndb.hook(a, ["reviews"], path="/a1")
+    b1 = await ndb.hook(b, ignore_presence=True)
+    d1 = await ndb.hook(d)
+    await ndb.hooks.set_enabled_by_owner(d.id, d1.id, False)
+    with ndb.statements() as seen:
+        found = await ndb.hooks.enabled_with_endpoints([a.id, b.id, c.id, d.id, a.id])
+    assert len(queries(seen)) == 1 and len(selects_on_hooks(seen)) == 1
+    assert set(found) == {a.id, b.id}
+    assert [m.hook.id for m in found[a.id].hooks] == sorted([a1.id, a2.id])
+    assert found[a.id].endpoint.queues == ("inbox", "reviews") and found[a.id].endpoint.slug == "ep-a"
+    assert [m.hook.ignore_presence for m in found[b.id].hooks] == [True]
+    assert found[b.id].endpoint.human_id != found[a.id].endpoint.human_id
+    opened = {ndb.hooks.open_url(m.hook.id, m.url_sealed) for m in found[a.id].hooks}
+    assert opened == {"https://hooks.test/a1?key=QUERYCANARY", "https://hooks.test/a2?key=QUERYCANARY"}
+    assert "QUERYCANARY" not in repr(found)  # the sealed URL is not in any repr either
+    assert await ndb.hooks.enabled_with_endpoints([]) == {}
+    single = await ndb.hooks.enabled_with_endpoint(b.id)
+    assert single is not None and [h.id for h in single[1]] == [b1.id]
+
+
+async def test_sendable_is_one_prebuilt_statement_and_carries_the_stored_streak(ndb: NotifyDB) -> None:
+    endpoint = await ndb.endpoint("ep-a")
+    hook = await ndb.hook(endpoint)
+    await ndb.set_hook(hook.id, consecutive_failures=4)
+    executed: list[object] = []
+    from sqlalchemy import event
+
+    def record(conn: object, clauseelement: object, *args: object) -> None:
+        executed.append(clauseelement)
+
+    event.listen(ndb.db.engine.sync_engine, "before_execute", record)
+    try:
+        first = await ndb.hooks.sendable(hook.id)
+        second = await ndb.hooks.sendable(hook.id)
+    finally:
+        event.remove(ndb.db.engine.sync_engine, "before_execute", record)
+    assert first is not None and second is not None
+    assert first.url == "https://hooks.test/h?key=QUERYCANARY" and len(first.secrets) == 1
+    assert first.consecutive_failures == 4
+    assert "QUERYCANARY" not in repr(first) and first.secrets[0] not in repr(first)
+    statements = [e for e in executed if "notify_hooks" in str(e)]
+    assert len(statements) == 2 and statements[0] is statements[1]  # built once, not per call
+    await ndb.hooks.set_enabled_by_owner(endpoint.id, hook.id, False)
+    assert await ndb.hooks.sendable(hook.id) is None  # a disabled hook gets no attempt
+    await ndb.hooks.set_enabled_by_owner(endpoint.id, hook.id, True)
+    await ndb.hooks.delete(endpoint.id, hook.id)
+    assert await ndb.hooks.sendable(hook.id) is None
+
+
+async def test_record_outcomes_uses_the_given_disable_time(ndb: NotifyDB) -> None:
+    hook = await ndb.hook(await ndb.endpoint("ep-a"))
+    now = ms(ndb.clock.now())
+    outcome = await ndb.hooks.record_outcomes(hook.id, fold_of("F" * 10, at=now), disabled_at=now + 1)
+    assert outcome is not None and outcome.disabled_now and outcome.disabled_at == now + 1
+    row = await ndb.row(hook.id)
+    assert row.disabled_at == now + 1 and row.last_attempt_at == now + 9
