@@ -47,9 +47,9 @@ class NotifyComponent:
         services.extras["notify"] = self
         services.extras.setdefault("mcp_tools", []).append(registrar(self.verbs))
         if self.enabled:
-            services.hub.subscribe(
+            services.hub.subscribe_batch(
                 "notify_hooks",
-                self.dispatcher.on_transition,
+                self.dispatcher.on_transitions,  # one matching read per batch of queued transitions
                 queue_size=s.notify_queue_size,
                 on_drop=self.dispatcher.on_unmatched_drop,  # REQ-11: hub overflow counts as dropped
             )

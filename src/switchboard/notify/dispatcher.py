@@ -2,7 +2,10 @@
 
 Shape, and why:
 
-* Matching happens in the hub's subscriber task, after commit, so ingest and MCP never wait on it.
+* Matching happens in the hub's subscriber task, after commit, so ingest and MCP never wait on it. The
+  dispatcher subscribes for batches: whatever the hub has queued for it (up to 256 transitions) is
+  matched with one read of the endpoints involved and their enabled hooks, then each transition, in
+  order, goes through the same rules as alone. Nothing read for one batch is kept for the next.
 * One bounded queue per instance (REQ-7). Full: the notification is dropped and counted, and a warning
   names the hook (never the URL); sustained overflow coalesces warnings per reason per window.
 * Workers never sleep: a retry is a timer that re-enqueues, so a dead receiver holds a worker only for
@@ -10,9 +13,17 @@ Shape, and why:
   all their endpoints and hooks (a tenant may hold several endpoints of 5 hooks each); the rest wait in
   that owner's bounded backlog, and the rest of the pool keeps serving other tenants.
 * Pending attempts live only in memory (REQ-7): a restart loses them, and the todo stays claimable.
-* Successful deliveries' health is coalesced per hook and written within ``health_flush_interval``
-  (one statement per hook per flush, not one transaction per notification); a failure of that hook
-  first writes what is pending for it, under one lock, so the order of health writes is kept.
+* Health is coalesced per hook and written within ``health_flush_interval``: every final outcome
+  (delivered, or failed after its last attempt) is folded, in order, into the hook's pending
+  :class:`HealthFold`, and a flush writes each hook's fold with one statement (not one transaction per
+  notification, which under a dead receiver competed with ingest for SQLite's write lock). Flushes run
+  one at a time under one lock, so a hook's writes land in the order of its outcomes; the fold's
+  statement disables the hook at the 10th failed delivery in a row (REQ-8).
+* A disabled hook is never called (REQ-8), including between its 10th failure and the flush that
+  writes it: before each attempt, the stored streak (read with the hook by ``sendable``) plus what this
+  instance has not written yet is checked; if that would disable the hook, its fold is written at once
+  and the hook read again, which then finds it disabled. A failure that may disable a hook also cuts
+  the flush wait short.
 """
 
 from __future__ import annotations
@@ -22,13 +33,12 @@ import contextlib
 import random
 import time
 from collections import defaultdict, deque
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from switchboard.clock import Clock, ms
 from switchboard.notify import body as bodies
-from switchboard.notify.store import HookStore
+from switchboard.notify.store import HealthFold, HookStore, SendableHook
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
 from switchboard.push import (
@@ -54,8 +64,8 @@ from switchboard.store.transitions import Transition
 log = get_logger("switchboard.notify")
 
 MAX_ATTEMPTS = 3
-T = TypeVar("T")
 DROP_LOG_WINDOW = 10.0
+SENDABLE_READS = 4  # at most this many reads of one hook before one attempt (see _sendable)
 
 
 @dataclass
@@ -67,6 +77,7 @@ class Notification:
     owner_id: str
     todo_id: str | None
     body: bytes
+    url: str = field(repr=False)  # the hook's URL as read at match time; never logged (REQ-11)
     attempts: int = 0
     started: float = field(default_factory=time.monotonic)
 
@@ -158,8 +169,12 @@ class Dispatcher:
         self._drops = _DropLog()
         self._busy = 0
         self.health_flush_interval = health_flush_interval
-        self._delivered: dict[str, tuple[int, int, str]] = {}  # hook -> (status, at ms, notification)
+        self._pending: dict[str, HealthFold] = {}  # hook -> outcomes not yet being written
+        self._writing: dict[str, HealthFold] = {}  # hook -> outcomes the current flush is writing
+        self._written: defaultdict[str, int] = defaultdict(int)  # hook -> flushes of failures written
+        self._disabled_at: dict[str, int] = {}  # hook -> the last disable time this instance saw
         self._health_due = asyncio.Event()
+        self._health_urgent = asyncio.Event()
         self._health_lock = asyncio.Lock()
         self._flushing = False
         self._flusher: asyncio.Task[None] | None = None
@@ -170,26 +185,64 @@ class Dispatcher:
     # -- producing ---------------------------------------------------------------------------------
 
     async def on_transition(self, t: Transition) -> None:
-        """Hub subscriber: match the transition against the endpoint's hooks (REQ-1, REQ-6, REQ-9)."""
-        if not t.pushable or t.endpoint_id is None or not self.accepting:
+        """One transition: exactly :meth:`on_transitions` with a batch of one."""
+        await self.on_transitions([t])
+
+    async def on_transitions(self, batch: Sequence[Transition]) -> None:
+        """Hub batch subscriber: match the transitions, in order, against their endpoints' hooks (REQ-1,
+        REQ-6, REQ-9), with one read for the whole batch, made after all of them committed."""
+        if not self.accepting:
             return
-        found = await self.hooks.enabled_with_endpoint(t.endpoint_id)
-        if found is None:
+        wanted = [t for t in batch if t.pushable and t.endpoint_id is not None]
+        if not wanted:
             return
-        endpoint, hooks = found
-        now = self.clock.now()
-        body: bytes | None = None
-        for hook in hooks:
-            if t.queue not in hook.effective_queues(endpoint.queues):
+        found = await self.hooks.enabled_with_endpoints({t.endpoint_id for t in wanted if t.endpoint_id})
+        if not found:
+            return
+        queues: dict[str, frozenset[str]] = {}  # hook -> effective queue set, for this batch only
+        urls: dict[str, str | None] = {}  # hook -> URL, opened once per batch, on its first match
+        for t in wanted:
+            match = found.get(t.endpoint_id or "")
+            if match is None:
                 continue
-            if not hook.ignore_presence and endpoint.effective_presence == "out":
-                continue
-            body = body or bodies.todo_ready(t, endpoint.slug, now)
-            self._offer(
-                Notification(
-                    new_message_id(), "todo.ready", hook.id, endpoint.id, endpoint.human_id, t.todo_id, body
+            endpoint = match.endpoint
+            now = self.clock.now()
+            body: bytes | None = None
+            for m in match.hooks:
+                hook = m.hook
+                effective = queues.get(hook.id)
+                if effective is None:
+                    effective = queues[hook.id] = frozenset(hook.effective_queues(endpoint.queues))
+                if t.queue not in effective:
+                    continue
+                if not hook.ignore_presence and endpoint.effective_presence == "out":
+                    continue
+                if hook.id not in urls:
+                    urls[hook.id] = self._open_url(hook.id, m.url_sealed, t.todo_id)
+                url = urls[hook.id]
+                if url is None:
+                    self.metrics.notify_notifications.labels("todo.ready", "failed").inc()
+                    continue
+                body = body or bodies.todo_ready(t, endpoint.slug, now)
+                self._offer(
+                    Notification(
+                        id=new_message_id(),
+                        type="todo.ready",
+                        hook_id=hook.id,
+                        endpoint_id=endpoint.id,
+                        owner_id=endpoint.human_id,
+                        todo_id=t.todo_id,
+                        body=body,
+                        url=url,
+                    )
                 )
-            )
+
+    def _open_url(self, hook_id: str, sealed: bytes, todo_id: str | None) -> str | None:
+        try:
+            return self.hooks.open_url(hook_id, sealed)
+        except Exception:  # REQ-12: this hook's notifications fail; the batch's others go on
+            log.error("hook read failed", hook_id=hook_id, todo_id=todo_id, stage="store", exc_info=True)
+            return None
 
     def on_unmatched_drop(self, t: Transition) -> None:
         """The hub's queue was full: dropped before any hook was matched, so log endpoint and todo ids."""
@@ -201,16 +254,18 @@ class Dispatcher:
         """REQ-9: one todos.backlog per presence-respecting hook, decided by the presence_seen update."""
         if not self.accepting:
             return
-        endpoint = await self.accounts.endpoint(event.endpoint_id)
-        if endpoint is None:
-            return
-        now = self.clock.now()
         reason = (
             event.reason if event.reason in ("clock_in", "operator", "shift_start", "override_end") else None
         )
         if reason is None:
             return
-        for hook in await self.hooks.enabled_for_endpoint(endpoint.id):
+        found = (await self.hooks.enabled_with_endpoints([event.endpoint_id])).get(event.endpoint_id)
+        if found is None:
+            return
+        endpoint = found.endpoint
+        now = self.clock.now()
+        for m in found.hooks:
+            hook = m.hook
             if hook.ignore_presence:
                 continue
             pending, queues, oldest = await self.todos.pending_summary(
@@ -219,10 +274,21 @@ class Dispatcher:
             if pending == 0 or oldest is None:
                 continue
             age = max(0, int(now - oldest / 1000))
+            url = self._open_url(hook.id, m.url_sealed, None)
+            if url is None:
+                self.metrics.notify_notifications.labels("todos.backlog", "failed").inc()
+                continue
             body = bodies.todos_backlog(endpoint.slug, reason, pending, queues, age, now)
             self._offer(
                 Notification(
-                    new_message_id(), "todos.backlog", hook.id, endpoint.id, endpoint.human_id, None, body
+                    id=new_message_id(),
+                    type="todos.backlog",
+                    hook_id=hook.id,
+                    endpoint_id=endpoint.id,
+                    owner_id=endpoint.human_id,
+                    todo_id=None,
+                    body=body,
+                    url=url,
                 )
             )
 
@@ -271,11 +337,13 @@ class Dispatcher:
                 await task
         self._workers = []
         if self._flusher is not None:
-            self._flusher.cancel()
+            async with self._health_lock:  # never cancel the flusher in the middle of a write
+                self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
             self._flusher = None
-        await self._flush_health()
+        await self._flush_health()  # what is pending is written, not lost
+        self._check_idle()
 
     async def idle(self) -> None:
         """Wait until nothing is queued, in flight or waiting to retry (tests await this)."""
@@ -287,7 +355,7 @@ class Dispatcher:
             and self._busy == 0
             and not self._timers
             and not any(self._parked.values())
-            and not self._delivered
+            and not self._pending
             and not self._flushing
         ):
             self._idle.set()
@@ -328,7 +396,7 @@ class Dispatcher:
 
     async def _attempt(self, n: Notification) -> None:
         try:
-            hook = await self.hooks.sendable(n.hook_id)
+            hook = await self._sendable(n.hook_id)
         except Exception:
             log.error(
                 "hook read failed", hook_id=n.hook_id, notification_id=n.id, stage="store", exc_info=True
@@ -344,7 +412,7 @@ class Dispatcher:
         try:
             result = await self.sender.send(hook.url, body=n.body, headers=headers)
         except PushError as err:
-            await self._failed_attempt(n, err, time.monotonic() - started)
+            self._failed_attempt(n, hook, err, time.monotonic() - started)
             return
         duration = time.monotonic() - started
         self.metrics.notify_attempts.labels("2xx").inc()
@@ -358,10 +426,48 @@ class Dispatcher:
             status=result.status,
             duration_ms=round(duration * 1000, 1),
         )
-        self._delivered[n.hook_id] = (result.status, ms(self.clock.now()), n.id)
+        self._fold(n.hook_id).delivered(result.status, ms(self.clock.now()), n.id)
         self._health_due.set()
 
-    async def _failed_attempt(self, n: Notification, err: PushError, duration: float) -> None:
+    async def _sendable(self, hook_id: str) -> SendableHook | None:
+        """The fresh read before an attempt (REQ-2, REQ-8), with this instance's unwritten outcomes added.
+
+        ``sendable`` returns the hook only while its row is enabled, with the streak as stored. When the
+        outcomes this instance has not written yet would take it to 10, they are written now (the
+        statement disables the hook) and the row is read again, so the attempt never starts. If a write
+        of this hook's failures finished while the row was being read, the read may or may not include
+        it: it is read again. The row stays the authority: after ``SENDABLE_READS`` reads, its answer
+        stands."""
+        hook: SendableHook | None = None
+        for _ in range(SENDABLE_READS):
+            written = self._written.get(hook_id, 0)
+            hook = await self.hooks.sendable(hook_id)
+            if hook is None:
+                return None
+            if self._written.get(hook_id, 0) != written:
+                continue
+            if not self._would_disable(hook_id, hook.consecutive_failures):
+                return hook
+            await self._flush_health(only=hook_id)
+        return hook
+
+    def _would_disable(self, hook_id: str, streak: int) -> bool:
+        """Would the outcomes not yet written (being written first) disable a hook stored at ``streak``?"""
+        for fold in (self._writing.get(hook_id), self._pending.get(hook_id)):
+            if fold is None:
+                continue
+            if fold.trips(streak):
+                return True
+            streak = fold.after(streak)
+        return False
+
+    def _fold(self, hook_id: str) -> HealthFold:
+        fold = self._pending.get(hook_id)
+        if fold is None:
+            fold = self._pending[hook_id] = HealthFold()
+        return fold
+
+    def _failed_attempt(self, n: Notification, hook: SendableHook, err: PushError, duration: float) -> None:
         status = err.status if isinstance(err, StatusError) else None
         reason = classify(err)
         result = attempt_result(err)
@@ -383,64 +489,78 @@ class Dispatcher:
             self._retry_later(n, jittered(self.retry_delays[min(n.attempts, len(self.retry_delays)) - 1]))
             return
         self.metrics.notify_notifications.labels(n.type, "failed").inc()
-        async with self._health_lock:
-            pending = self._delivered.pop(n.hook_id, None)
-            if pending is not None:  # an earlier success of this hook is written first
-                await self._write_delivered(n.hook_id, pending)
-            outcome = await self._health(n, self.hooks.record_failed(n.hook_id, status, reason))
-        if outcome is not None and outcome.disabled_now:
-            self.metrics.notify_disabled.labels("consecutive_failures").inc()
-            log.warning(
-                "notify hook disabled",
-                hook_id=n.hook_id,
-                reason="consecutive_failures",
-                consecutive_failures=outcome.consecutive_failures,
-            )
+        self._fold(n.hook_id).failed(status, reason, ms(self.clock.now()), n.id)
+        self._health_due.set()
+        if self._would_disable(n.hook_id, hook.consecutive_failures):
+            self._health_urgent.set()  # write the disable now rather than after the flush interval
 
     async def _flush_loop(self) -> None:
         while True:
             await self._health_due.wait()
-            await asyncio.sleep(self.health_flush_interval)  # let concurrent deliveries coalesce
+            # let concurrent outcomes coalesce, unless one may have disabled its hook
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.health_flush_interval):
+                    await self._health_urgent.wait()
             await self._flush_health()
             self._check_idle()
 
-    async def _flush_health(self) -> None:
+    async def _flush_health(self, only: str | None = None) -> None:
+        """Write the pending folds (or only one hook's), one statement per hook, one flush at a time."""
         async with self._health_lock:
-            self._flushing = True
-            try:
-                pending, self._delivered = self._delivered, {}
+            if only is None:
+                batch, self._pending = self._pending, {}
                 self._health_due.clear()
-                for hook_id, entry in pending.items():
-                    await self._write_delivered(hook_id, entry)
+                self._health_urgent.clear()
+            else:
+                fold = self._pending.pop(only, None)
+                batch = {only: fold} if fold is not None else {}
+            if not batch:
+                return
+            self._flushing = True
+            self._writing.update(batch)  # still counted by _would_disable until written
+            try:
+                for hook_id, fold in batch.items():
+                    try:
+                        await self._write_health(hook_id, fold)
+                    finally:
+                        del self._writing[hook_id]
+                        if fold.failures:
+                            self._written[hook_id] += 1
             finally:
+                self._writing.clear()
                 self._flushing = False
 
-    async def _write_delivered(self, hook_id: str, entry: tuple[int, int, str]) -> None:
-        status, at_ms, notification_id = entry
+    async def _write_health(self, hook_id: str, fold: HealthFold) -> None:
+        # A disable writes a time this instance has not seen on an earlier disable of this hook, so the
+        # statement's result says whether it was this write that disabled it (a clock can stand still).
+        seen = self._disabled_at.get(hook_id)
+        stamp = fold.at if seen is None or fold.at > seen else seen + 1
         try:
-            await self.hooks.record_delivered(hook_id, status, at_ms)
-        except Exception:
+            outcome = await self.hooks.record_outcomes(hook_id, fold, disabled_at=stamp)
+        except Exception:  # REQ-12: logged with the ids, and the dispatcher carries on
             log.error(
                 "hook health update failed",
                 hook_id=hook_id,
-                notification_id=notification_id,
+                notification_id=fold.notification_ids[-1],
+                notification_ids=fold.notification_ids,
+                outcomes=fold.outcomes,
                 stage="health",
                 exc_info=True,
             )
-
-    async def _health(self, n: Notification, update: Awaitable[T]) -> T | None:
-        """REQ-12: a health-write failure is logged with both ids and the worker carries on."""
-        try:
-            return await update
-        except Exception:
-            log.error(
-                "hook health update failed",
-                hook_id=n.hook_id,
-                notification_id=n.id,
-                stage="health",
-                exc_info=True,
+            return
+        if outcome is None:  # deleted meanwhile
+            self._disabled_at.pop(hook_id, None)
+            return
+        if outcome.disabled_at is not None:
+            self._disabled_at[hook_id] = max(outcome.disabled_at, seen or outcome.disabled_at)
+        if outcome.disabled_now:
+            self.metrics.notify_disabled.labels("consecutive_failures").inc()
+            log.warning(
+                "notify hook disabled",
+                hook_id=hook_id,
+                reason="consecutive_failures",
+                consecutive_failures=outcome.consecutive_failures,
             )
-            return None
 
     def _retry_later(self, n: Notification, delay: float) -> None:
         loop = asyncio.get_running_loop()
