@@ -32,7 +32,8 @@ class InboundPriority:
         self._active = 0
         self._quiet = asyncio.Event()
         self._quiet.set()
-        self.deferred = 0  # attempts that waited (tests and metrics read it)
+        self.deferred = 0  # waits so far
+        self.waiting = asyncio.Event()  # set once any sender has had to wait (tests await it)
 
     @property
     def active(self) -> int:
@@ -58,6 +59,7 @@ class InboundPriority:
         if self._active == 0 or self.max_defer <= 0:
             return
         self.deferred += 1
+        self.waiting.set()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.max_defer):
                 await self._quiet.wait()

@@ -1,0 +1,33 @@
+"""A2A push yields to inbound requests: no delivery starts while an inbound write is in flight."""
+
+from __future__ import annotations
+
+import asyncio
+
+from switchboard.priority import InboundPriority
+from tests.integration.a2a.conftest import Env, message, push_config, send
+
+
+async def test_delivery_waits_while_an_inbound_write_is_in_flight(env: Env) -> None:
+    gate = env.services.extras["inbound_priority"]
+    assert isinstance(gate, InboundPriority)
+    gate.max_defer = gate.horizon = 60.0  # only the held request's end may release the worker here
+    _, token = await env.endpoint("client")
+    client = await env.client(token)
+    await env.worker()  # an endpoint that drains the queue
+
+    # A webhook delivery whose body never comes: the request is in flight until the client goes away.
+    _, writer = await asyncio.open_connection("127.0.0.1", env.inst.port)
+    try:
+        writer.write(b"POST /in/nowhere HTTP/1.1\r\nhost: switchboard.test\r\ncontent-length: 64\r\n\r\n")
+        await writer.drain()
+        await send(client, message(), push=push_config(env.url()))
+        await asyncio.wait_for(gate.waiting.wait(), 10)  # the push worker woke and waits for the write
+        assert env.pushes() == []
+        assert gate.active == 1
+    finally:
+        writer.close()  # the held request ends (the client went away)
+        await writer.wait_closed()
+    first = await env.receiver.next_request(timeout=10)
+    assert first.path == "/a2a-hook"
+    assert gate.active == 0
