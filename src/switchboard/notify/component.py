@@ -15,6 +15,7 @@ from switchboard.notify.service import NotifyHooks
 from switchboard.notify.store import HookStore
 from switchboard.obs.logs import get_logger
 from switchboard.outbound import notify_outbound
+from switchboard.priority import inbound_priority
 from switchboard.services import Services
 
 log = get_logger("switchboard.notify")
@@ -42,6 +43,7 @@ class NotifyComponent:
             workers=s.notify_workers,
             rate_per_minute=s.notify_rate_per_minute,
             retry_delays=retry_delays,
+            priority=inbound_priority(services),
         )
         self.enabled = s.notify_hook_ceiling > 0
         services.extras["notify"] = self

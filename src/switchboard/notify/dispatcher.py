@@ -41,6 +41,7 @@ from switchboard.notify import body as bodies
 from switchboard.notify.store import HealthFold, HookStore, SendableHook
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
+from switchboard.priority import InboundPriority
 from switchboard.push import (
     AttemptTimeout,
     NetworkFailure,
@@ -152,7 +153,9 @@ class Dispatcher:
         retry_delays: Sequence[float] = (1.0, 5.0),
         drain_timeout: float = 5.0,
         health_flush_interval: float = 0.1,
+        priority: InboundPriority | None = None,
     ) -> None:
+        self.priority = priority
         self.hooks, self.accounts, self.todos = hooks, accounts, todos
         self.sender, self.metrics, self.clock = sender, metrics, clock
         self.queue: asyncio.Queue[Notification] = asyncio.Queue(maxsize=queue_size)
@@ -379,6 +382,8 @@ class Dispatcher:
                 self._inflight[owner] += 1
                 self._busy += 1
                 try:
+                    if self.priority is not None:
+                        await self.priority.yield_to_inbound()  # REQ-7: inbound requests go first
                     await self._attempt(n)
                 finally:
                     self._busy -= 1
