@@ -391,7 +391,7 @@ class Sender:
         timeout: float = 5.0,
         max_body: int = 65536,
         ssl_context: ssl.SSLContext | None = None,
-        keepalive_expiry: float = 5.0,
+        keepalive_expiry: float = 4.0,
         max_keepalive_per_target: int = 4,
         max_targets: int = 256,
         fast_fail_seconds: float = 0.5,
