@@ -26,12 +26,11 @@ from bench.common import BenchCA, Progress, closed_port, fmt, load_average, rati
 from bench.context import Bench, running
 from bench.procs import ClientProc, ReceiverProc
 
-# Proposals not (yet) in src/ at the time of writing; bench/patches.py also keeps the ones src/ has
-# since adopted (deferred SQLite reads, lazy health) so earlier what-if tables can be reproduced.
+# Shipped changes undone one at a time, so what each buys shows beside the shipped code in one run.
 CONFIGS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("as shipped", ()),
-    ("keep-alive", ("keepalive",)),
-    ("keep-alive + match cache", ("keepalive", "match_cache")),
+    ("without keep-alive", ("no_keepalive",)),
+    ("without inbound priority", ("no_inbound_priority",)),
 )
 ALL_PATCHES = CONFIGS[-1][1]
 BURST = 2000
