@@ -61,18 +61,16 @@ COMPONENTS: tuple[tuple[str, str], ...] = (
 )
 
 ENTRY_POINTS = (
-    ("on_transition", "/switchboard/notify/dispatcher.py", "Dispatcher.on_transition (match hooks)"),
+    ("on_transitions", "/switchboard/notify/dispatcher.py", "Dispatcher.on_transitions (match a batch)"),
     ("_attempt", "/switchboard/notify/dispatcher.py", "Dispatcher._attempt (one attempt, on-loop part)"),
     ("sendable", "/switchboard/notify/store.py", "HookStore.sendable (read + decrypt)"),
-    ("record_delivered", "/switchboard/notify/store.py", "HookStore.record_delivered (health write)"),
-    ("record_attempt", "/switchboard/notify/store.py", "HookStore.record_attempt (health write, will retry)"),
-    ("record_failed", "/switchboard/notify/store.py", "HookStore.record_failed (health write, final)"),
+    ("record_outcomes", "/switchboard/notify/store.py", "HookStore.record_outcomes (folded health write)"),
     ("standard_headers", "/switchboard/push/_signer.py", "standard_headers (signing)"),
     ("check_attempt", "/switchboard/push/_validator.py", "Validator.check_attempt"),
     ("send", "/switchboard/push/_transport.py", "Sender.send (on-loop part)"),
     ("handle", "/switchboard/ingest/app.py", "Ingest.handle (inbound delivery)"),
     ("create", "/switchboard/store/todos.py", "TodoStore.create (insert + commit)"),
-    ("emit", "/logging/__init__.py", "logging emit"),
+    ("emit", "/logging/__init__.py", "logging emit")
 )
 
 
