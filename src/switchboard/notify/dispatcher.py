@@ -400,6 +400,14 @@ class Dispatcher:
                 self._check_idle()
 
     async def _attempt(self, n: Notification) -> None:
+        fast = self.sender.fast_failure(n.url) if n.attempts + 1 < MAX_ATTEMPTS else None
+        if fast is not None:
+            # An attempt before the last, to an origin that refused a connection moments ago: it fails as
+            # send() would fail it, without the hook read and without a dial. The last attempt always
+            # reads the hook (so a deleted or disabled one is dropped and the health write sees its streak).
+            n.attempts += 1
+            self._failed_attempt(n, None, fast, 0.0)
+            return
         try:
             hook = await self._sendable(n.hook_id)
         except Exception:
@@ -472,7 +480,9 @@ class Dispatcher:
             fold = self._pending[hook_id] = HealthFold()
         return fold
 
-    def _failed_attempt(self, n: Notification, hook: SendableHook, err: PushError, duration: float) -> None:
+    def _failed_attempt(
+        self, n: Notification, hook: SendableHook | None, err: PushError, duration: float
+    ) -> None:
         status = err.status if isinstance(err, StatusError) else None
         reason = classify(err)
         result = attempt_result(err)
@@ -486,6 +496,7 @@ class Dispatcher:
             status=status,
             error=reason,
             stage=err.stage,
+            fast_fail=err.fast_fail or None,
             duration_ms=round(duration * 1000, 1),
         )
         if err.retryable and n.attempts < MAX_ATTEMPTS and self.accepting:
@@ -496,7 +507,7 @@ class Dispatcher:
         self.metrics.notify_notifications.labels(n.type, "failed").inc()
         self._fold(n.hook_id).failed(status, reason, ms(self.clock.now()), n.id)
         self._health_due.set()
-        if self._would_disable(n.hook_id, hook.consecutive_failures):
+        if hook is None or self._would_disable(n.hook_id, hook.consecutive_failures):
             self._health_urgent.set()  # write the disable now rather than after the flush interval
 
     async def _flush_loop(self) -> None:

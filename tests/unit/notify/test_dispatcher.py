@@ -19,7 +19,7 @@ import pytest
 
 from switchboard.notify.dispatcher import Dispatcher, Notification
 from switchboard.notify.store import Hook
-from switchboard.push import AttemptResult, PermanentClientError
+from switchboard.push import AttemptResult, NetworkFailure, PermanentClientError, PushError
 from switchboard.store.accounts import Endpoint
 from switchboard.store.errors import StoreUnavailable
 from switchboard.store.transitions import Transition, TransitionHub
@@ -34,6 +34,10 @@ class ScriptedSender:
         self.script = list(script) or [204]
         self.gate = gate
         self.calls: list[str] = []
+        self.fast: list[PushError] = []  # what fast_failure answers, one per call, then None
+
+    def fast_failure(self, url: str) -> PushError | None:
+        return self.fast.pop(0) if self.fast else None
 
     async def send(self, url: str, *, body: bytes, headers: Any) -> AttemptResult:
         self.calls.append(url)
@@ -400,3 +404,27 @@ async def test_notification_repr_never_shows_the_url() -> None:
         body=b"{}", url="https://hooks.test/h?key=QUERYCANARY",
     )  # fmt: skip
     assert "QUERYCANARY" not in repr(n) and "QUERYCANARY" not in repr(replace(n, attempts=1))
+
+
+async def test_a_fast_failed_attempt_skips_the_hook_read_but_never_the_last_attempt(ndb: NotifyDB) -> None:
+    """Attempts before the last to an origin that just refused fail without a read or a send; the third
+    reads the hook and goes to the sender, and the failed delivery is written as usual."""
+    a = await ndb.endpoint("ep-a")
+    hook = await ndb.hook(a)
+    refused = NetworkFailure(stage="connect", reason="connection_refused", fast_fail=True)
+    sender = ScriptedSender(NetworkFailure(stage="connect", reason="connection_refused"))
+    sender.fast = [refused, refused, refused]  # the origin stays refused for every pre-check
+    d = dispatcher(ndb, sender, workers=1, per_owner_inflight=1)
+    await d.start()
+    try:
+        await d.on_transitions([ready(a, "inbox", 0)])
+        with ndb.statements() as seen:
+            await asyncio.wait_for(d.idle(), 5)
+    finally:
+        await d.stop()
+    assert len(sender.calls) == 1  # only the third attempt reached send()
+    assert sender.fast == [refused]  # the last attempt never asked for a fast failure
+    assert len(selects_on_hooks(seen)) == 1  # one hook read, for the last attempt
+    assert metric(ndb, "switchboard_notify_hook_attempts_total", result="network") == 3
+    row = await ndb.row(hook.id)
+    assert row.consecutive_failures == 1 and row.last_error == "network"
