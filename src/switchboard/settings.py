@@ -30,7 +30,7 @@ class Settings(BaseSettings):
 
     mcp_rate_per_minute: int = 600
     max_body_bytes: int = 1024 * 1024
-    inbound_priority_max_defer_ms: int = 50
+    inbound_priority_max_defer_ms: int = 0  # opt-in: docs/benchmarks.md found no gain on 2 cores
 
     push_allow_http: bool = False
     notify_hook_allow_cidrs: str = ""
