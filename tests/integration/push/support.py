@@ -4,6 +4,7 @@ each request and when connections end, a clock to drive the Sender's windows, an
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 from dataclasses import dataclass, field
 
@@ -12,6 +13,9 @@ import httpcore
 import pytest
 
 from tests.support.receivers import HTTPSReceiver, RecordedRequest
+
+HOST = "hooks.test"
+BODY = json.dumps({"type": "todo.ready", "todo_id": "td_1"}).encode()
 
 
 class FakeClock:

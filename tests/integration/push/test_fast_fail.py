@@ -8,8 +8,7 @@ a refused address is ``rejected_ssrf``, never a fast network failure.
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import pytest
 import trustme
@@ -20,44 +19,15 @@ from switchboard.push import (
     Sender,
     TargetRejected,
     TLSFailure,
-    Validator,
 )
 from switchboard.push import _transport as transport
-from tests.integration.push.support import DialCounter, FakeClock, PeerReceiver, free_port
-from tests.support.receivers import HangBeforeHeaders, StaticResolver, client_ssl_context
-
-HOST = "hooks.test"
-BODY = json.dumps({"type": "todo.ready", "todo_id": "td_1"}).encode()
-
-
-@pytest.fixture
-def resolver() -> StaticResolver:
-    return StaticResolver({HOST: ["127.0.0.1"]})
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+from tests.integration.push.support import BODY, HOST, DialCounter, FakeClock, PeerReceiver, free_port
+from tests.support.receivers import HangBeforeHeaders, StaticResolver
 
 
 @pytest.fixture
 def dials(monkeypatch: pytest.MonkeyPatch) -> DialCounter:
     return DialCounter().attach(monkeypatch)
-
-
-@pytest.fixture
-def make_sender(resolver: StaticResolver, trustme_ca: trustme.CA, clock: FakeClock) -> Callable[..., Sender]:
-    def make(**kw: object) -> Sender:
-        validator = Validator(allow_cidrs=["127.0.0.0/8"], resolver=resolver)
-        return Sender(validator, ssl_context=client_ssl_context(trustme_ca), clock=clock, **kw)  # type: ignore[arg-type]
-
-    return make
-
-
-@pytest.fixture
-async def rx(trustme_ca: trustme.CA) -> AsyncIterator[PeerReceiver]:
-    async with PeerReceiver(trustme_ca) as receiver:
-        yield receiver
 
 
 async def refused(sender: Sender, url: str) -> NetworkFailure:

@@ -9,8 +9,7 @@ The host name resolves only through the injected resolver; nothing but 127.0.0.0
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import pytest
 import trustme
@@ -20,45 +19,15 @@ from switchboard.push import (
     NetworkFailure,
     Sender,
     TargetRejected,
-    Validator,
 )
-from tests.integration.push.support import FakeClock, PeerReceiver
+from tests.integration.push.support import BODY, HOST, FakeClock, PeerReceiver
 from tests.support.receivers import (
     CloseWithoutResponse,
     HangBeforeHeaders,
     RawResponse,
     Respond,
     StaticResolver,
-    client_ssl_context,
 )
-
-HOST = "hooks.test"
-BODY = json.dumps({"type": "todo.ready", "todo_id": "td_1"}).encode()
-
-
-@pytest.fixture
-def resolver() -> StaticResolver:
-    return StaticResolver({HOST: ["127.0.0.1"]})
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def make_sender(resolver: StaticResolver, trustme_ca: trustme.CA, clock: FakeClock) -> Callable[..., Sender]:
-    def make(*, allow: tuple[str, ...] = ("127.0.0.0/8",), **kw: object) -> Sender:
-        validator = Validator(allow_cidrs=allow, resolver=resolver)
-        return Sender(validator, ssl_context=client_ssl_context(trustme_ca), clock=clock, **kw)  # type: ignore[arg-type]
-
-    return make
-
-
-@pytest.fixture
-async def rx(trustme_ca: trustme.CA) -> AsyncIterator[PeerReceiver]:
-    async with PeerReceiver(trustme_ca) as receiver:
-        yield receiver
 
 
 async def send(sender: Sender, rx: PeerReceiver) -> int:
