@@ -84,7 +84,8 @@ def create_app(services: Services, *, components: Sequence[Component] | None = N
         routes.extend(component.routes())
     routes.append(Mount("/", app=mcp.app))
     # Inbound write requests go first on the event loop: outbound senders yield to them (priority.py).
-    tracking = Middleware(InboundTracking, gate=inbound_priority(services))
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=[tracking])
+    gate = inbound_priority(services)
+    middleware = [] if gate is None else [Middleware(InboundTracking, gate=gate)]
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.services = services
     return app

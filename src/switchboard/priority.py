@@ -105,11 +105,14 @@ class InboundTracking:
             ticket.release()
 
 
-def inbound_priority(services: Services) -> InboundPriority:
-    """The instance's one gate, kept in ``Services.extras`` so the app and every sender share it."""
+def inbound_priority(services: Services) -> InboundPriority | None:
+    """The instance's one gate, kept in ``Services.extras`` so the app and every sender share it; ``None``
+    when the priority is off (the default), so no request and no attempt pays for it."""
+    max_defer = services.settings.inbound_priority_max_defer_ms / 1000
+    if max_defer <= 0:
+        return None
     gate = services.extras.get("inbound_priority")
     if gate is None:
-        max_defer = services.settings.inbound_priority_max_defer_ms / 1000
         gate = services.extras["inbound_priority"] = InboundPriority(max_defer=max_defer)
     assert isinstance(gate, InboundPriority)
     return gate

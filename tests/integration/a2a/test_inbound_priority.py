@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from switchboard.priority import InboundPriority
-from tests.integration.a2a.conftest import Env, message, push_config, send
+from tests.integration.a2a.conftest import Env, a2a_env, message, push_config, send
 
 
-async def test_delivery_waits_while_an_inbound_write_is_in_flight(env: Env) -> None:
+async def test_delivery_waits_while_an_inbound_write_is_in_flight(tmp_path: Path) -> None:
+    async with a2a_env(tmp_path, inbound_priority_max_defer_ms=60_000) as env:
+        await held_inbound_write_holds_delivery(env)
+
+
+async def test_off_by_default_nothing_tracks_or_waits(env: Env) -> None:
+    assert "inbound_priority" not in env.services.extras
+    assert env.a2a.worker.priority is None
+
+
+async def held_inbound_write_holds_delivery(env: Env) -> None:
     gate = env.services.extras["inbound_priority"]
     assert isinstance(gate, InboundPriority)
-    gate.max_defer = gate.horizon = 60.0  # only the held request's end may release the worker here
+    gate.horizon = 60.0  # only the held request's end may release the worker here
     _, token = await env.endpoint("client")
     client = await env.client(token)
     await env.worker()  # an endpoint that drains the queue

@@ -186,11 +186,21 @@ async def test_queue_overflow_before_matching_is_counted_as_dropped(tmp_path: Pa
         assert unmatched and unmatched[0]["endpoint_id"] == world.endpoint.id and unmatched[0]["todo_id"]
 
 
-async def test_no_attempt_starts_while_an_inbound_write_is_in_flight(env: Env) -> None:
-    """REQ-7: inbound requests go first on the event loop (src/switchboard/priority.py)."""
+async def test_no_attempt_starts_while_an_inbound_write_is_in_flight(tmp_path: Path) -> None:
+    """REQ-7, opt-in: inbound requests go first on the event loop (src/switchboard/priority.py)."""
+    async with notify_env(tmp_path, inbound_priority_max_defer_ms=60_000) as env:
+        await held_inbound_write_holds_attempts(env)
+
+
+async def test_inbound_priority_is_off_by_default(env: Env) -> None:
+    assert "inbound_priority" not in env.services.extras
+    assert env.notify.dispatcher.priority is None
+
+
+async def held_inbound_write_holds_attempts(env: Env) -> None:
     gate = env.services.extras["inbound_priority"]
     assert isinstance(gate, InboundPriority)
-    gate.max_defer = gate.horizon = 60.0  # only the held request's end may release the worker here
+    gate.horizon = 60.0  # only the held request's end may release the worker here
     world, agent = await env.tenant("held")
     await agent.ok("create_notify_hook", {"url": env.hook_url()})
     _, writer = await asyncio.open_connection("127.0.0.1", env.inst.port)
