@@ -39,6 +39,7 @@ class Settings(BaseSettings):
     notify_workers: int = 32
     notify_rate_per_minute: int = 120
     notify_grace_hours: float = 24.0
+    notify_process: bool = False  # deliver from a child process (docs/notify-hooks.md, "Delivery process")
 
     # A2A task surface and push notifications (docs/a2a.md; docs/configuration.md, "A2A").
     a2a_rate_per_minute: int = 600

@@ -11,16 +11,44 @@ from starlette.routing import BaseRoute
 
 from switchboard.notify.dispatcher import Dispatcher
 from switchboard.notify.mcp import registrar
+from switchboard.notify.process import WORKER_COMMAND, RemoteDispatcher
 from switchboard.notify.service import NotifyHooks
 from switchboard.notify.store import HookStore
 from switchboard.obs.logs import get_logger
 from switchboard.outbound import notify_outbound
-from switchboard.priority import inbound_priority
+from switchboard.priority import InboundPriority, inbound_priority
 from switchboard.services import Services
 
 log = get_logger("switchboard.notify")
 
 SECRET_SWEEP_SECONDS = 60.0
+
+
+def build_dispatcher(
+    services: Services,
+    store: HookStore,
+    *,
+    retry_delays: Sequence[float],
+    priority: InboundPriority | None,
+    drain_timeout: float = 5.0,
+) -> Dispatcher:
+    """The dispatcher as the server runs it, in this process or in the notify worker process."""
+    s = services.settings
+    _, sender = notify_outbound(services)
+    return Dispatcher(
+        hooks=store,
+        accounts=services.accounts,
+        todos=services.todos,
+        sender=sender,
+        metrics=services.metrics,
+        clock=services.clock,
+        queue_size=s.notify_queue_size,
+        workers=s.notify_workers,
+        rate_per_minute=s.notify_rate_per_minute,
+        retry_delays=retry_delays,
+        drain_timeout=drain_timeout,
+        priority=priority,
+    )
 
 
 class NotifyComponent:
@@ -30,21 +58,16 @@ class NotifyComponent:
         self.store = HookStore(
             services.db, services.envelope, services.clock, grace_seconds=s.notify_grace_hours * 3600
         )
-        validator, sender = notify_outbound(services)
+        validator, _ = notify_outbound(services)
         self.verbs = NotifyHooks(self.store, validator, s.notify_hook_ceiling)
-        self.dispatcher = Dispatcher(
-            hooks=self.store,
-            accounts=services.accounts,
-            todos=services.todos,
-            sender=sender,
-            metrics=services.metrics,
-            clock=services.clock,
-            queue_size=s.notify_queue_size,
-            workers=s.notify_workers,
-            rate_per_minute=s.notify_rate_per_minute,
-            retry_delays=retry_delays,
-            priority=inbound_priority(services),
-        )
+        self.dispatcher: Dispatcher | RemoteDispatcher
+        if s.notify_process:  # the dispatcher runs in a child process (switchboard.notify.process)
+            command = services.extras.get("notify_worker_command", WORKER_COMMAND)  # tests and bench: seams
+            self.dispatcher = RemoteDispatcher(services, retry_delays=retry_delays, command=command)
+        else:
+            self.dispatcher = build_dispatcher(
+                services, self.store, retry_delays=retry_delays, priority=inbound_priority(services)
+            )
         self.enabled = s.notify_hook_ceiling > 0
         services.extras["notify"] = self
         services.extras.setdefault("mcp_tools", []).append(registrar(self.verbs))
@@ -56,6 +79,11 @@ class NotifyComponent:
                 on_drop=self.dispatcher.on_unmatched_drop,  # REQ-11: hub overflow counts as dropped
             )
             services.presence.on_return(self.dispatcher.on_presence_return)
+
+    @property
+    def in_process(self) -> Dispatcher | None:
+        """The dispatcher when it runs in this process (not with SWITCHBOARD_NOTIFY_PROCESS)."""
+        return self.dispatcher if isinstance(self.dispatcher, Dispatcher) else None
 
     def routes(self) -> Sequence[BaseRoute]:
         return ()

@@ -34,9 +34,7 @@ a2a_tasks = Table(
     "a2a_tasks",
     metadata,
     Column("todo_id", String(40), ForeignKey("todos.id", ondelete="CASCADE"), primary_key=True),
-    Column(
-        "owner_endpoint_id", String(40), ForeignKey("endpoints.id", ondelete="CASCADE"), nullable=False
-    ),
+    Column("owner_endpoint_id", String(40), ForeignKey("endpoints.id", ondelete="CASCADE"), nullable=False),
     Column("context_id", String(64), nullable=False),
     Column("message", Text, nullable=False),  # the sent Message, as A2A JSON (the task's history)
     Column("last_seq", BigInteger, nullable=False, server_default="0"),
@@ -52,9 +50,7 @@ push_notification_configs = Table(
     Column("id", String(40), primary_key=True),
     Column("task_id", String(40), ForeignKey("a2a_tasks.todo_id", ondelete="CASCADE"), nullable=False),
     Column("config_id", String(64), nullable=False),  # the id A2A clients see, unique per task
-    Column(
-        "owner_endpoint_id", String(40), ForeignKey("endpoints.id", ondelete="CASCADE"), nullable=False
-    ),
+    Column("owner_endpoint_id", String(40), ForeignKey("endpoints.id", ondelete="CASCADE"), nullable=False),
     Column("url_enc", LargeBinary, nullable=False),
     Column("url_display", Text, nullable=False),
     Column("host", String(255), nullable=False),

@@ -3,7 +3,9 @@ certificates, test hostnames resolved to loopback by an injected resolver, and r
 
 from __future__ import annotations
 
+import json
 import logging
+import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -87,8 +89,11 @@ async def notify_env(
     resolver: StaticResolver | None = None,
     ca: trustme.CA | None = None,
     clock: ManualClock | None = None,
+    notify_process: bool = False,
     **settings: Any,
 ) -> AsyncIterator[Env]:
+    """``notify_process``: the dispatcher runs in its own process (SWITCHBOARD_NOTIFY_PROCESS), started
+    through tests/support/notify_worker.py with the same resolver answers and CA; its clock is real."""
     ca = ca or trustme.CA()
     resolver = resolver or StaticResolver({"hooks.test": ["127.0.0.1"]})
     clock = clock or ManualClock(
@@ -104,12 +109,20 @@ async def notify_env(
             receiver = await stack.enter_async_context(HTTPSReceiver(ca=ca, cert_hostnames=("hooks.test",)))
             inst = await stack.enter_async_context(
                 run_instance(
-                    make_settings(tmp_path, database_url, notify_hook_allow_cidrs=allow_cidrs, **settings),
+                    make_settings(
+                        tmp_path,
+                        database_url,
+                        notify_hook_allow_cidrs=allow_cidrs,
+                        notify_process=notify_process,
+                        **settings,
+                    ),
                     clock=clock,
                     resolver=resolver,
                     ssl_context=client_ssl_context(ca),
                     components=lambda services: [
-                        NotifyComponent(services, retry_delays=retry_delays),
+                        NotifyComponent(
+                            _worker_seams(services, tmp_path, resolver, ca), retry_delays=retry_delays
+                        ),
                         WebComponent(services),  # REQ-10: the endpoint card's hook controls
                     ],
                 )
@@ -118,6 +131,22 @@ async def notify_env(
     finally:
         root.removeHandler(logs)
         root.setLevel(old_level)
+
+
+def _worker_seams(services: Services, tmp_path: Path, resolver: StaticResolver, ca: trustme.CA) -> Services:
+    """Where the worker process would start, start it with this harness's resolver answers and CA."""
+    if services.settings.notify_process:
+        hosts = {host: list(a) for host, a in resolver.answers.items() if isinstance(a, (list, tuple))}
+        pem = tmp_path / "notify-worker-ca.pem"
+        ca.cert_pem.write_to_path(str(pem))
+        services.extras["notify_worker_command"] = [
+            sys.executable,
+            "-m",
+            "tests.support.notify_worker",
+            json.dumps(hosts),
+            str(pem),
+        ]
+    return services
 
 
 @pytest.fixture

@@ -1,0 +1,87 @@
+"""What the server and its notify worker process say to each other (docs/notify-hooks.md, "Delivery
+process").
+
+One JSON object per line. Server to worker, on the worker's stdin: the first line ``{"hello": ...}``
+carries the settings and the dispatcher's parameters; then ``{"t": [...]}`` is a batch of committed
+transitions, ``{"p": {...}}`` a presence return, ``{"idle": n}`` asks for an answer once everything
+before it is matched and finished. Worker to server, on its stdout: ``{"m": [...]}`` metric changes and
+``{"idle": n}`` the answer. Closing stdin asks the worker to drain and exit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from switchboard.obs.metrics import Metrics
+from switchboard.store.presence import PresenceReturn
+from switchboard.store.transitions import Transition
+
+# The series the worker's dispatcher moves, relayed into the server's registry (SPEC-0023, REQ-11).
+RELAYED = ("notify_notifications", "notify_attempts", "notify_disabled", "notify_queue_depth")
+
+_TRANSITION_FIELDS = tuple(f.name for f in dataclasses.fields(Transition))
+
+
+def line(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, separators=(",", ":")).encode() + b"\n"
+
+
+def transitions_line(batch: Sequence[Transition]) -> bytes:
+    return line({"t": [[getattr(t, name) for name in _TRANSITION_FIELDS] for t in batch]})
+
+
+def transitions_of(rows: Iterable[Sequence[Any]]) -> list[Transition]:
+    return [Transition(**dict(zip(_TRANSITION_FIELDS, row, strict=True))) for row in rows]
+
+
+def presence_line(event: PresenceReturn) -> bytes:
+    return line({"p": dataclasses.asdict(event)})
+
+
+def presence_of(data: dict[str, Any]) -> PresenceReturn:
+    return PresenceReturn(
+        endpoint_id=str(data["endpoint_id"]), reason=str(data["reason"]), at=float(data["at"])
+    )
+
+
+class MetricDeltas:
+    """Worker side: what changed in the relayed series since the last call (counters as increments,
+    gauges as values), so the server's own counters can be moved by exactly that much."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self._seen: dict[tuple[str, str, tuple[tuple[str, str], ...]], float] = {}
+
+    def take(self) -> list[list[Any]]:
+        changes: list[list[Any]] = []
+        for attr in RELAYED:
+            for family in getattr(self.metrics, attr).collect():
+                for sample in family.samples:
+                    if family.type == "counter" and not sample.name.endswith("_total"):
+                        continue  # _created
+                    key = (attr, sample.name, tuple(sorted(sample.labels.items())))
+                    before = self._seen.get(key, 0.0)
+                    if sample.value == before:
+                        continue
+                    self._seen[key] = sample.value
+                    if family.type == "counter":
+                        changes.append([attr, "inc", sample.labels, sample.value - before])
+                    else:
+                        changes.append([attr, "set", sample.labels, sample.value])
+        return changes
+
+
+def apply_metrics(metrics: Metrics, changes: Iterable[Sequence[Any]]) -> None:
+    """Server side: move the server's series by what the worker reported (only the relayed ones)."""
+    for attr, op, labels, value in changes:
+        if attr not in RELAYED or op not in ("inc", "set"):
+            continue
+        series = getattr(metrics, attr)
+        target = series.labels(**labels) if labels else series
+        if op == "inc":
+            target.inc(float(value))
+        else:
+            target.set(float(value))

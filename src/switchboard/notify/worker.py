@@ -1,0 +1,110 @@
+"""The notify worker process: the dispatcher on its own core (``SWITCHBOARD_NOTIFY_PROCESS``).
+
+Started by the server (:mod:`switchboard.notify.process`), never by hand: the first line on stdin
+carries the settings. It builds the same stores and outbound stack as the server, runs the in-process
+:class:`~switchboard.notify.dispatcher.Dispatcher`, and feeds it the transitions and presence returns
+the server writes (:mod:`switchboard.notify.wire`). SIGINT is ignored (a terminal's Ctrl-C reaches the
+whole process group; the server then closes stdin); SIGTERM or the end of stdin drains and exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import ssl
+import sys
+from typing import IO, Any
+
+from switchboard.notify.component import build_dispatcher
+from switchboard.notify.store import HookStore
+from switchboard.notify.wire import MetricDeltas, line, presence_of, transitions_of
+from switchboard.obs import configure_logging
+from switchboard.obs.logs import get_logger
+from switchboard.services import build_services
+from switchboard.settings import Settings
+
+log = get_logger("switchboard.notify")
+
+READ_LIMIT = 8 * 1024 * 1024  # one batch of 256 transitions is far below this
+METRICS_INTERVAL = 0.5
+
+
+async def run(
+    *, resolver: Any = None, ssl_context: ssl.SSLContext | None = None, out: IO[bytes] | None = None
+) -> int:
+    """Serve until stdin ends. ``resolver`` and ``ssl_context`` are the same seams as ``build_services``'s."""
+    out = out or sys.stdout.buffer
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=READ_LIMIT)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    loop.add_signal_handler(signal.SIGTERM, reader.feed_eof)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    first = await reader.readline()
+    if not first:
+        return 0
+    hello = json.loads(first)["hello"]
+    settings = Settings.model_validate(hello["settings"])
+    services = build_services(settings, resolver=resolver, ssl_context=ssl_context)
+    store = HookStore(
+        services.db, services.envelope, services.clock, grace_seconds=settings.notify_grace_hours * 3600
+    )
+    dispatcher = build_dispatcher(
+        services,
+        store,
+        retry_delays=[float(d) for d in hello["retry_delays"]],
+        drain_timeout=float(hello.get("drain_timeout", 5.0)),
+        priority=None,  # inbound requests live in the server process, not here
+    )
+    deltas = MetricDeltas(services.metrics)
+
+    def send(message: dict[str, Any]) -> None:
+        out.write(line(message))
+        out.flush()
+
+    def relay() -> None:
+        changes = deltas.take()
+        if changes:
+            send({"m": changes})
+
+    async def relay_loop() -> None:
+        while True:
+            await asyncio.sleep(METRICS_INTERVAL)
+            relay()
+
+    await dispatcher.start()
+    relaying = asyncio.create_task(relay_loop(), name="notify-worker-metrics")
+    log.info("notify worker ready", instance=settings.instance_id)
+    try:
+        while raw := await reader.readline():
+            try:
+                message = json.loads(raw)
+                if "t" in message:
+                    await dispatcher.on_transitions(transitions_of(message["t"]))
+                elif "p" in message:
+                    await dispatcher.on_presence_return(presence_of(message["p"]))
+                elif "idle" in message:
+                    await dispatcher.idle()
+                    relay()
+                    send({"idle": message["idle"]})
+            except Exception:  # REQ-12: one bad batch is logged; the worker carries on
+                log.error("notify worker could not handle a message", stage="match", exc_info=True)
+    finally:
+        relaying.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await relaying
+        await dispatcher.stop()
+        relay()
+        await services.close()
+    return 0
+
+
+def main() -> int:
+    configure_logging()
+    return asyncio.run(run())
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
