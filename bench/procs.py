@@ -21,7 +21,7 @@ import httpx
 
 from bench import client as client_mod
 from bench import receiver as receiver_mod
-from bench.common import LOOPBACK, free_port, parse_metrics
+from bench.common import LOOPBACK, children_of, free_port, parse_metrics
 
 REPO = Path(__file__).resolve().parent.parent
 _SPAWN = multiprocessing.get_context("spawn")
@@ -89,12 +89,19 @@ class ServerProc:
             r.raise_for_status()
             return parse_metrics(r.text)
 
+    def pids(self) -> list[int]:
+        """The server and its children (the notify worker process, with ``notify_process``)."""
+        return [self.pid, *children_of(self.pid)]
+
     def signal(self, sig: int) -> None:
         if self.proc is not None and self.proc.returncode is None:
             self.proc.send_signal(sig)
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.returncode is None:
+            for child in children_of(self.proc.pid):  # an orphaned worker would drain for seconds
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signal.SIGKILL)
             self.proc.kill()
 
     async def stop(self, timeout: float = 20.0) -> int | None:

@@ -68,7 +68,8 @@ async def one_run(
         )
         if profile:
             server.signal(signal.SIGUSR1)
-        meter = CpuMeter({"server": server.pid, "client": b.client.pid})
+        pids = server.pids()
+        meter = CpuMeter({"server": pids, "worker": pids[1:], "client": b.client.pid})
         meter.start()
         result = await b.client.run(
             "ingest",
@@ -152,6 +153,7 @@ async def run(b: Bench) -> dict[str, Any]:
             "errors": [x["errors"] for x in mine],
             "late_sends": sum(x["late_sends"] for x in mine),
             "cpu_server": [x["cpu"]["server"] for x in mine],
+            "cpu_worker": [x["cpu"]["worker"] for x in mine],  # the notify worker process's part
             "cpu_client": [x["cpu"]["client"] for x in mine],
             "hooks": mine[0]["hooks"],
             "dispatcher": [x["dispatcher"] for x in mine],

@@ -108,7 +108,7 @@ async def switchboard_burst(
     await receiver.collect()
     base = (await receiver.stats())["requests"]
     fan = world.fanout_sources[0]
-    meter = CpuMeter({"server": server.pid, "receiver": receiver.pid, "client": b.client.pid})
+    meter = CpuMeter({"server": server.pids(), "receiver": receiver.pid, "client": b.client.pid})
     meter.start()
     ingest = await b.client.run(
         "ingest",
@@ -200,7 +200,7 @@ async def sustained(
     m0 = await server.metrics()
     delivery_rate = todo_rate / per_delivery
     count = int(delivery_rate * seconds)
-    meter = CpuMeter({"server": server.pid, "receiver": receiver.pid, "client": b.client.pid})
+    meter = CpuMeter({"server": server.pids(), "receiver": receiver.pid, "client": b.client.pid})
     meter.start()
     ingest = await b.client.run(
         "ingest",

@@ -123,7 +123,7 @@ async def _sqlite(b: Bench, todos: int) -> dict[str, Any]:
         loaded = await _preload(b, server, world, todos, info)
         b.progress.phase("s4 claim: SQLite claim_next + ack", MAX_SECONDS)
         agents = _agents(world, [server.base_url], AGENTS_PER_ENDPOINT)[0]
-        meter = CpuMeter({"server": server.pid, "client": b.client.pid})
+        meter = CpuMeter({"server": server.pids(), "client": b.client.pid})
         meter.start()
         result = await b.client.run("mcp_claim", {"agents": agents, "max_seconds": MAX_SECONDS})
         cpu = meter.stop()

@@ -64,7 +64,7 @@ ENTRY_POINTS = (
     ("on_transitions", "/switchboard/notify/dispatcher.py", "Dispatcher.on_transitions (match a batch)"),
     ("_attempt", "/switchboard/notify/dispatcher.py", "Dispatcher._attempt (one attempt, on-loop part)"),
     ("sendable", "/switchboard/notify/store.py", "HookStore.sendable (read + decrypt)"),
-    ("record_outcomes", "/switchboard/notify/store.py", "HookStore.record_outcomes (folded health write)"),
+    ("record_many", "/switchboard/notify/store.py", "HookStore.record_many (folded health writes, one statement)"),
     ("standard_headers", "/switchboard/push/_signer.py", "standard_headers (signing)"),
     ("check_attempt", "/switchboard/push/_validator.py", "Validator.check_attempt"),
     ("send", "/switchboard/push/_transport.py", "Sender.send (on-loop part)"),
@@ -165,7 +165,7 @@ async def run(b: Bench) -> dict[str, Any]:
             b.progress.phase("s5 profile: profiled Switchboard burst", burst / 250 + 5)
             server.signal(signal.SIGUSR1)
             await asyncio.sleep(0.5)
-            meter = CpuMeter({"server": server.pid})
+            meter = CpuMeter({"server": server.pids()})
             meter.start()
             burst_result = await s2_dispatch.switchboard_burst(b, server, world, receiver, burst)
             cpu = meter.stop()

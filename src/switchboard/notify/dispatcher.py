@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 from switchboard.clock import Clock, ms
 from switchboard.notify import body as bodies
-from switchboard.notify.store import HealthFold, HookStore, SendableHook
+from switchboard.notify.store import HealthFold, HealthOutcome, HookStore, SendableHook
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
 from switchboard.priority import InboundPriority
@@ -535,35 +535,42 @@ class Dispatcher:
             self._flushing = True
             self._writing.update(batch)  # still counted by _would_disable until written
             try:
-                for hook_id, fold in batch.items():
-                    try:
-                        await self._write_health(hook_id, fold)
-                    finally:
-                        del self._writing[hook_id]
-                        if fold.failures:
-                            self._written[hook_id] += 1
+                await self._write_health(batch)
             finally:
+                for hook_id, fold in batch.items():
+                    if fold.failures:
+                        self._written[hook_id] += 1
                 self._writing.clear()
                 self._flushing = False
 
-    async def _write_health(self, hook_id: str, fold: HealthFold) -> None:
-        # A disable writes a time this instance has not seen on an earlier disable of this hook, so the
-        # statement's result says whether it was this write that disabled it (a clock can stand still).
-        seen = self._disabled_at.get(hook_id)
-        stamp = fold.at if seen is None or fold.at > seen else seen + 1
+    async def _write_health(self, batch: dict[str, HealthFold]) -> None:
+        """Every hook's fold in one transaction and one statement (``HookStore.record_many``)."""
+        folds: list[tuple[str, HealthFold, int]] = []
+        for hook_id, fold in batch.items():
+            # A disable writes a time this instance has not seen on an earlier disable of this hook, so
+            # the statement's result says whether it was this write that disabled it (a clock can stand
+            # still).
+            seen = self._disabled_at.get(hook_id)
+            folds.append((hook_id, fold, fold.at if seen is None or fold.at > seen else seen + 1))
         try:
-            outcome = await self.hooks.record_outcomes(hook_id, fold, disabled_at=stamp)
+            outcomes = await self.hooks.record_many(folds)
         except Exception:  # REQ-12: logged with the ids, and the dispatcher carries on
-            log.error(
-                "hook health update failed",
-                hook_id=hook_id,
-                notification_id=fold.notification_ids[-1],
-                notification_ids=fold.notification_ids,
-                outcomes=fold.outcomes,
-                stage="health",
-                exc_info=True,
-            )
+            for hook_id, fold in batch.items():
+                log.error(
+                    "hook health update failed",
+                    hook_id=hook_id,
+                    notification_id=fold.notification_ids[-1],
+                    notification_ids=fold.notification_ids,
+                    outcomes=fold.outcomes,
+                    stage="health",
+                    exc_info=True,
+                )
             return
+        for hook_id, outcome in outcomes.items():
+            self._health_written(hook_id, outcome)
+
+    def _health_written(self, hook_id: str, outcome: HealthOutcome | None) -> None:
+        seen = self._disabled_at.get(hook_id)
         if outcome is None:  # deleted meanwhile
             self._disabled_at.pop(hook_id, None)
             return

@@ -5,8 +5,8 @@
 * Health updates are single parameterized statements on the hook row alone: ingest and claim never
   touch ``notify_hooks``, so nothing on those paths waits on them (REQ-13). The dispatcher folds the
   ordered outcomes of one hook's deliveries since its last write (:class:`HealthFold`) and writes them
-  with one statement (:meth:`HookStore.record_outcomes`), which also disables the hook at the 10th
-  failure in a row (REQ-8).
+  with one statement per flush for all hooks (:meth:`HookStore.record_many`), which also disables a
+  hook at its 10th failure in a row (REQ-8).
 * The dispatch path's statements (matching, ``sendable``, the health fold) are built once, at import,
   with bound parameters: per call they are only executed, never rebuilt and cache-keyed again.
 """
@@ -21,16 +21,21 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Integer,
     Row,
     String,
     and_,
     bindparam,
     case,
+    cast,
     delete,
     func,
     insert,
+    literal,
+    or_,
     select,
+    union_all,
     update,
 )
 
@@ -193,35 +198,49 @@ _SENDABLE = select(
 ).where(_H.id == bindparam("p_hook_id", type_=String), _H.enabled.is_(True))
 
 
-def _fold_statement(*, reset: bool, peak_trips: bool) -> Any:
-    """One statement per fold shape. ``p_lead`` is added to the stored streak (the failures before the
-    first success); after a success the streak is ``p_run`` whatever was stored; the hook is disabled
-    when it is enabled and the streak reached 10 at any point of the fold."""
-    added = _H.consecutive_failures + bindparam("p_lead", type_=Integer)
-    streak = bindparam("p_run", type_=Integer) if reset else added
-    enabled = _H.enabled.is_(True)
-    trips = enabled if peak_trips else and_(enabled, added >= DISABLE_AFTER)
+FOLDS_PER_STATEMENT = 100  # rows of one health statement (SQLite caps a compound SELECT at 500 terms)
+
+
+def _folds_statement(rows: Sequence[dict[str, Any]]) -> Any:
+    """The health folds of many hooks in one ``UPDATE ... FROM`` statement (SQLite 3.33+, PostgreSQL).
+
+    Why one statement: a write holds SQLite's lock from ``BEGIN IMMEDIATE`` to ``COMMIT``, and every
+    statement in between is a round trip through the event loop. With one transaction per hook, a busy
+    dispatcher held the lock for most of each flush, and ingest's inserts waited behind it in SQLite's
+    sleeping busy handler. Per row: the streak is ``run`` after a
+    delivered outcome and the stored streak plus ``lead`` otherwise, and an enabled hook is disabled
+    when the streak reached 10 at any point of its fold."""
+    terms = [
+        select(
+            cast(literal(r["hook_id"]), String).label("hook_id"),
+            cast(literal(r["lead"]), Integer).label("lead"),
+            cast(literal(r["run"]), Integer).label("run"),
+            cast(literal(r["reset"]), Boolean).label("reset"),
+            cast(literal(r["peak_trips"]), Boolean).label("peak_trips"),
+            cast(literal(r["at"]), BigInteger).label("at"),
+            cast(literal(r["status"]), Integer).label("status"),
+            cast(literal(r["error"]), String).label("error"),
+            cast(literal(r["disabled_at"]), BigInteger).label("disabled_at"),
+        )
+        for r in rows
+    ]
+    f = (terms[0] if len(terms) == 1 else union_all(*terms)).cte("folds")
+    added = _H.consecutive_failures + f.c.lead
+    trips = and_(_H.enabled.is_(True), or_(f.c.peak_trips, added >= DISABLE_AFTER))
     return (
         update(notify_hooks)
-        .where(_H.id == bindparam("p_hook_id", type_=String))
+        .where(_H.id == f.c.hook_id)
         .values(
-            last_attempt_at=bindparam("p_at", type_=BigInteger),
-            last_status=bindparam("p_status", type_=Integer),
-            last_error=bindparam("p_error", type_=String),
-            consecutive_failures=streak,
+            last_attempt_at=f.c.at,
+            last_status=f.c.status,
+            last_error=f.c.error,
+            consecutive_failures=case((f.c.reset, f.c.run), else_=added),
             disabled_reason=case((trips, "consecutive_failures"), else_=_H.disabled_reason),
-            disabled_at=case((trips, bindparam("p_disabled_at", type_=BigInteger)), else_=_H.disabled_at),
+            disabled_at=case((trips, f.c.disabled_at), else_=_H.disabled_at),
             enabled=case((trips, False), else_=_H.enabled),
         )
-        .returning(_H.consecutive_failures, _H.enabled, _H.disabled_reason, _H.disabled_at)
+        .returning(_H.id, _H.consecutive_failures, _H.enabled, _H.disabled_reason, _H.disabled_at)
     )
-
-
-_FOLD = {
-    (False, False): _fold_statement(reset=False, peak_trips=False),
-    (True, False): _fold_statement(reset=True, peak_trips=False),
-    (True, True): _fold_statement(reset=True, peak_trips=True),
-}
 
 
 class HookStore:
@@ -444,37 +463,60 @@ class HookStore:
     async def record_outcomes(
         self, hook_id: str, fold: HealthFold, *, disabled_at: int | None = None
     ) -> HealthOutcome | None:
-        """One statement applies ``fold`` to the hook row: streak, last status, error and attempt time, and
-        at the 10th failure in a row on an enabled hook, the disable (REQ-8). ``None``: no such hook.
-
-        ``disabled_at`` (default: the fold's last outcome time) is what a disable writes, and how this
-        call knows it was the one that disabled: the caller passes a value no earlier disable of this
-        hook that it has seen carries (the dispatcher keeps them), so ``disabled_now`` is true once per
-        disable even when the clock stands still."""
-        if fold.outcomes == 0:
-            raise ValueError("an empty fold writes nothing")
+        """One hook's fold: :meth:`record_many` with one entry."""
         stamp = fold.at if disabled_at is None else disabled_at
-        stmt = _FOLD[(fold.reset, fold.peak >= DISABLE_AFTER)]
-        params = {
-            "p_hook_id": hook_id,
-            "p_lead": fold.lead,
-            "p_at": fold.at,
-            "p_status": fold.status,
-            "p_error": fold.error,
-            "p_disabled_at": stamp,
-        }
-        if fold.reset:
-            params["p_run"] = fold.run
-        async with self.db.begin() as conn:
-            row = (await conn.execute(stmt, params)).first()
-        if row is None:
-            return None
-        disabled_now = (
-            fold.failures > 0
-            and not row.enabled
-            and row.disabled_reason == "consecutive_failures"
-            and row.disabled_at == stamp
-            # without a success in the fold, the streak before it is known: it must have been below 10
-            and (fold.reset or int(row.consecutive_failures) - fold.lead < DISABLE_AFTER)
-        )
-        return HealthOutcome(int(row.consecutive_failures), disabled_now, row.disabled_at)
+        return (await self.record_many([(hook_id, fold, stamp)]))[hook_id]
+
+    async def record_many(
+        self, folds: Sequence[tuple[str, HealthFold, int]]
+    ) -> dict[str, HealthOutcome | None]:
+        """Apply each hook's ``fold`` to its row, in one transaction with one statement per 100 hooks:
+        streak, last status, error and attempt time, and at the 10th failure in a row on an enabled hook,
+        the disable (REQ-8). ``None`` for a hook that no longer exists.
+
+        Each entry's stamp is what a disable writes, and how this call knows it was the one that
+        disabled: the caller passes a value no earlier disable of this hook that it has seen carries
+        (the dispatcher keeps them), so ``disabled_now`` is true once per disable even when the clock
+        stands still."""
+        if any(fold.outcomes == 0 for _, fold, _ in folds):
+            raise ValueError("an empty fold writes nothing")
+        if len({hook_id for hook_id, _, _ in folds}) != len(folds):
+            raise ValueError("one fold per hook")
+        rows = [
+            {
+                "hook_id": hook_id,
+                "lead": fold.lead,
+                "run": fold.run,
+                "reset": fold.reset,
+                "peak_trips": fold.peak >= DISABLE_AFTER,
+                "at": fold.at,
+                "status": fold.status,
+                "error": fold.error,
+                "disabled_at": stamp,
+            }
+            for hook_id, fold, stamp in folds
+        ]
+        stored: dict[str, Row[Any]] = {}
+        if rows:
+            async with self.db.begin() as conn:
+                for start in range(0, len(rows), FOLDS_PER_STATEMENT):
+                    chunk = rows[start : start + FOLDS_PER_STATEMENT]
+                    for row in (await conn.execute(_folds_statement(chunk))).all():
+                        stored[row.id] = row
+        out: dict[str, HealthOutcome | None] = {}
+        for hook_id, fold, stamp in folds:
+            found = stored.get(hook_id)
+            if found is None:
+                out[hook_id] = None
+                continue
+            row = found
+            disabled_now = (
+                fold.failures > 0
+                and not row.enabled
+                and row.disabled_reason == "consecutive_failures"
+                and row.disabled_at == stamp
+                # without a success in the fold, the streak before it is known: it must have been below 10
+                and (fold.reset or int(row.consecutive_failures) - fold.lead < DISABLE_AFTER)
+            )
+            out[hook_id] = HealthOutcome(int(row.consecutive_failures), disabled_now, row.disabled_at)
+        return out

@@ -92,7 +92,13 @@ def selects_on_hooks(statements: Sequence[str]) -> list[str]:
 
 
 def updates_on_hooks(statements: Sequence[str]) -> list[str]:
-    return [s for s in statements if s.upper().startswith("UPDATE NOTIFY_HOOKS")]
+    """UPDATEs of notify_hooks, also in the ``WITH folds AS (...) UPDATE notify_hooks`` form."""
+    return [
+        s
+        for s in statements
+        if s.upper().startswith("UPDATE NOTIFY_HOOKS")
+        or (s.upper().startswith("WITH ") and "UPDATE NOTIFY_HOOKS" in s.upper())
+    ]
 
 
 @pytest.fixture

@@ -363,17 +363,17 @@ async def test_a_health_write_failure_is_logged_and_the_dispatcher_carries_on(
     caplog.set_level(logging.INFO)
     a = await ndb.endpoint("ep-a")
     hook = await ndb.hook(a)
-    real = ndb.hooks.record_outcomes
+    real = ndb.hooks.record_many
     calls = 0
 
-    async def flaky(hook_id: str, fold: Any, **kw: Any) -> Any:
+    async def flaky(folds: Any) -> Any:
         nonlocal calls
         calls += 1
         if calls == 1:
             raise StoreUnavailable("database unavailable")
-        return await real(hook_id, fold, **kw)
+        return await real(folds)
 
-    monkeypatch.setattr(ndb.hooks, "record_outcomes", flaky)
+    monkeypatch.setattr(ndb.hooks, "record_many", flaky)
     sender = ScriptedSender(204)
     d = dispatcher(ndb, sender, health_flush_interval=0.01)
     await d.start()

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from switchboard.clock import ms
-from switchboard.notify.store import DISABLE_AFTER, HealthFold
+from switchboard.notify.store import DISABLE_AFTER, FOLDS_PER_STATEMENT, HealthFold
 from tests.unit.notify.conftest import NotifyDB, queries, selects_on_hooks, updates_on_hooks
 
 
@@ -193,3 +193,41 @@ async def test_record_outcomes_uses_the_given_disable_time(ndb: NotifyDB) -> Non
     assert outcome is not None and outcome.disabled_now and outcome.disabled_at == now + 1
     row = await ndb.row(hook.id)
     assert row.disabled_at == now + 1 and row.last_attempt_at == now + 9
+
+
+async def test_many_hooks_folds_are_one_statement_with_each_hooks_own_outcome(ndb: NotifyDB) -> None:
+    """A flush writes every hook's fold with one UPDATE (SQLite's write lock is taken once), and each
+    row gets exactly what its own fold says, as if written alone."""
+    endpoint = await ndb.endpoint("ep-a")
+    tripping, recovering, gone = [await ndb.hook(endpoint) for _ in range(3)]
+    await ndb.hooks.record_outcomes(recovering.id, fold_of("FFFF"))
+    await ndb.hooks.delete(endpoint.id, gone.id)
+    with ndb.statements() as seen:
+        out = await ndb.hooks.record_many(
+            [
+                (tripping.id, fold_of("F" * 10), 5000),
+                (recovering.id, fold_of("FSF", at=2000), 6000),
+                (gone.id, fold_of("S"), 7000),
+            ]
+        )
+    assert len(queries(seen)) == 1 and len(updates_on_hooks(seen)) == 1
+    assert out[gone.id] is None
+    first, second = out[tripping.id], out[recovering.id]
+    assert first is not None and first.disabled_now and first.consecutive_failures == 10
+    assert second is not None and not second.disabled_now and second.consecutive_failures == 1
+    row = await ndb.row(tripping.id)
+    assert not row.enabled and row.disabled_at == 5000 and row.last_status == 503
+    row = await ndb.row(recovering.id)
+    assert row.enabled and row.consecutive_failures == 1 and row.last_attempt_at == 2002
+
+
+async def test_more_folds_than_one_statement_holds_are_all_written(ndb: NotifyDB) -> None:
+    ids = []
+    for e in range(FOLDS_PER_STATEMENT // 5 + 1):  # 5 hooks per endpoint (the ceiling)
+        endpoint = await ndb.endpoint(f"ep-{e}")
+        ids += [(await ndb.hook(endpoint)).id for _ in range(5)]
+    with ndb.statements() as seen:
+        out = await ndb.hooks.record_many([(i, fold_of("FF"), 1) for i in ids])
+    assert len(updates_on_hooks(seen)) == 2
+    assert all(o is not None and o.consecutive_failures == 2 for o in out.values()) and len(out) == len(ids)
+    assert [(await ndb.row(i)).consecutive_failures for i in ids] == [2] * len(ids)

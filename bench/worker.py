@@ -1,0 +1,33 @@
+"""Bench-only notify worker: ``switchboard.notify.worker`` with the bench launcher's two seams.
+
+``bench/server.py`` starts it in place of ``python -m switchboard.notify.worker`` when a scenario sets
+``notify_process``: ``python -m bench.worker CA_PEM PATCHES_JSON``. The resolver maps ``*.bench.test``
+to 127.0.0.1 and TLS trusts the bench CA (checks on), as in the server; the what-if patches apply here
+too, since this is where the dispatcher runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import sys
+
+from bench.server import bench_resolver
+from switchboard.notify.worker import run
+from switchboard.obs import configure_logging
+
+
+def main(argv: list[str]) -> int:
+    ca_pem, patches = argv[0], json.loads(argv[1])
+    if patches:
+        from bench.patches import apply
+
+        apply(patches)
+    configure_logging()
+    ctx = ssl.create_default_context(cafile=ca_pem)
+    return asyncio.run(run(resolver=bench_resolver, ssl_context=ctx))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
