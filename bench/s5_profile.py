@@ -64,13 +64,17 @@ ENTRY_POINTS = (
     ("on_transitions", "/switchboard/notify/dispatcher.py", "Dispatcher.on_transitions (match a batch)"),
     ("_attempt", "/switchboard/notify/dispatcher.py", "Dispatcher._attempt (one attempt, on-loop part)"),
     ("sendable", "/switchboard/notify/store.py", "HookStore.sendable (read + decrypt)"),
-    ("record_many", "/switchboard/notify/store.py", "HookStore.record_many (folded health writes, one statement)"),
+    (
+        "record_many",
+        "/switchboard/notify/store.py",
+        "HookStore.record_many (folded health writes, one statement)",
+    ),
     ("standard_headers", "/switchboard/push/_signer.py", "standard_headers (signing)"),
     ("check_attempt", "/switchboard/push/_validator.py", "Validator.check_attempt"),
     ("send", "/switchboard/push/_transport.py", "Sender.send (on-loop part)"),
     ("handle", "/switchboard/ingest/app.py", "Ingest.handle (inbound delivery)"),
     ("create", "/switchboard/store/todos.py", "TodoStore.create (insert + commit)"),
-    ("emit", "/logging/__init__.py", "logging emit")
+    ("emit", "/logging/__init__.py", "logging emit"),
 )
 
 
