@@ -470,7 +470,7 @@ class HookStore:
     async def record_many(
         self, folds: Sequence[tuple[str, HealthFold, int]]
     ) -> dict[str, HealthOutcome | None]:
-        """Apply each hook's ``fold`` to its row, in one transaction with one statement per 100 hooks:
+        """Apply each hook's ``fold`` to its row, with one statement per 100 hooks:
         streak, last status, error and attempt time, and at the 10th failure in a row on an enabled hook,
         the disable (REQ-8). ``None`` for a hook that no longer exists.
 
@@ -496,27 +496,28 @@ class HookStore:
             }
             for hook_id, fold, stamp in folds
         ]
-        stored: dict[str, Row[Any]] = {}
-        if rows:
-            async with self.db.begin() as conn:
-                for start in range(0, len(rows), FOLDS_PER_STATEMENT):
-                    chunk = rows[start : start + FOLDS_PER_STATEMENT]
-                    for row in (await conn.execute(_folds_statement(chunk))).all():
-                        stored[row.id] = row
+        # hook id -> (streak, enabled, disabled_reason, disabled_at) as stored after the write
+        stored: dict[str, tuple[Any, ...]] = {}
+        for start in range(0, len(rows), FOLDS_PER_STATEMENT):
+            # each statement its own short transaction: the rows are independent (Database.write_returning)
+            for hook_id, *state in await self.db.write_returning(
+                _folds_statement(rows[start : start + FOLDS_PER_STATEMENT])
+            ):
+                stored[hook_id] = tuple(state)
         out: dict[str, HealthOutcome | None] = {}
         for hook_id, fold, stamp in folds:
             found = stored.get(hook_id)
             if found is None:
                 out[hook_id] = None
                 continue
-            row = found
+            streak, enabled, reason, disabled_at = int(found[0]), bool(found[1]), found[2], found[3]
             disabled_now = (
                 fold.failures > 0
-                and not row.enabled
-                and row.disabled_reason == "consecutive_failures"
-                and row.disabled_at == stamp
+                and not enabled
+                and reason == "consecutive_failures"
+                and disabled_at == stamp
                 # without a success in the fold, the streak before it is known: it must have been below 10
-                and (fold.reset or int(row.consecutive_failures) - fold.lead < DISABLE_AFTER)
+                and (fold.reset or streak - fold.lead < DISABLE_AFTER)
             )
-            out[hook_id] = HealthOutcome(int(row.consecutive_failures), disabled_now, row.disabled_at)
+            out[hook_id] = HealthOutcome(streak, disabled_now, disabled_at)
         return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -13,6 +14,8 @@ from sqlalchemy import event, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.dml import UpdateBase
 
 from switchboard.store.errors import Conflict, StoreUnavailable
 
@@ -55,6 +58,34 @@ class Database:
             if exc.connection_invalidated:
                 raise StoreUnavailable("database unavailable") from exc
             raise
+
+    async def write_returning(self, statement: UpdateBase) -> list[tuple[Any, ...]]:
+        """One writing statement as its own transaction; its RETURNING rows as plain tuples.
+
+        On SQLite it runs in autocommit, with one trip to the driver's thread that executes it and
+        fetches its rows. A transaction from ``begin()`` takes three trips (BEGIN IMMEDIATE, the
+        statement, COMMIT), each waiting for the event loop's next turn, and SQLite's write lock is held
+        across all of them. In a busy process that held the lock for tens of milliseconds, while writers
+        in the other process (ingest, with ``SWITCHBOARD_NOTIFY_PROCESS``) slept in SQLite's busy
+        handler. Here the lock is held only while SQLite executes the statement. Only for statements
+        whose parameters need no type conversion (strings, numbers, booleans, NULL)."""
+        if not self.is_sqlite:
+            async with self.begin() as conn:
+                return [tuple(row) for row in (await conn.execute(statement)).all()]
+        compiled = statement.compile(dialect=self.engine.dialect)
+        assert isinstance(compiled, SQLCompiler)
+        params = compiled.construct_params() or {}
+        args = tuple(params[name] for name in compiled.positiontup or ())
+        try:
+            async with self.engine.connect() as conn:
+                raw = await conn.get_raw_connection()
+                driver: Any = raw.driver_connection  # the aiosqlite connection, in autocommit
+                rows = await driver.execute_fetchall(compiled.string, args)
+        except sqlite3.IntegrityError as exc:
+            raise Conflict(str(exc).splitlines()[0][:200]) from exc
+        except (sqlite3.Error, OperationalError, InterfaceError, OSError) as exc:
+            raise StoreUnavailable("database unavailable") from exc
+        return [tuple(row) for row in rows]
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:

@@ -68,18 +68,28 @@ class NotifyDB:
 
     @contextmanager
     def statements(self) -> Iterator[list[str]]:
-        """Every statement sent to the database meanwhile (SQLAlchemy's engine event)."""
+        """Every statement sent to the database meanwhile: SQLAlchemy's engine event, plus on SQLite the
+        statements ``Database.write_returning`` hands to the driver directly (one trip, no events)."""
         seen: list[str] = []
 
         def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
             seen.append(" ".join(statement.split()))
 
+        real = self.db.write_returning
+
+        async def direct(statement: Any) -> Any:
+            if self.db.is_sqlite:
+                record(None, None, str(statement.compile(dialect=self.db.engine.dialect)))
+            return await real(statement)
+
         engine = self.db.engine.sync_engine
         event.listen(engine, "before_cursor_execute", record)
+        self.db.write_returning = direct  # type: ignore[method-assign]
         try:
             yield seen
         finally:
             event.remove(engine, "before_cursor_execute", record)
+            del self.db.write_returning
 
 
 def queries(statements: Sequence[str]) -> list[str]:

@@ -1,0 +1,54 @@
+"""``Database.write_returning``: one writing statement as its own short transaction, on both databases.
+
+On SQLite it bypasses ``begin()`` (one trip to the driver's thread, autocommit), so what ``begin()``
+guarantees is checked here again: the change is committed and visible to other connections, the write
+lock is free once it returns, and driver errors come out as store errors.
+"""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import insert, select, update
+
+from switchboard.store.db import Database
+from switchboard.store.errors import Conflict
+from switchboard.store.schema import humans
+
+
+async def add(database: Database, human_id: str, email: str) -> None:
+    async with database.begin() as conn:
+        await conn.execute(insert(humans).values(id=human_id, email=email, password_hash="x", created_at=1))
+
+
+async def test_the_change_is_committed_and_its_rows_returned(database: Database) -> None:
+    await add(database, "h_1", "ann@example.test")
+    rows = await database.write_returning(
+        update(humans)
+        .where(humans.c.id == "h_1")
+        .values(email="bea@example.test")
+        .returning(humans.c.id, humans.c.email)
+    )
+    assert rows == [("h_1", "bea@example.test")]
+    async with database.read() as conn:  # another connection sees it: committed, not pending
+        assert (await conn.execute(select(humans.c.email))).scalar_one() == "bea@example.test"
+    # the write lock is free again: a write transaction starts at once (BEGIN IMMEDIATE on SQLite)
+    async with database.begin() as conn:
+        await conn.execute(update(humans).values(email="cy@example.test"))
+
+
+async def test_no_matching_row_returns_nothing(database: Database) -> None:
+    statement = update(humans).where(humans.c.id == "nope").values(email="x").returning(humans.c.id)
+    assert await database.write_returning(statement) == []
+
+
+async def test_a_constraint_violation_is_a_conflict_and_changes_nothing(database: Database) -> None:
+    await add(database, "h_1", "ann@example.test")
+    await add(database, "h_2", "bea@example.test")
+    statement = (
+        update(humans).where(humans.c.id == "h_2").values(email="ann@example.test").returning(humans.c.id)
+    )
+    with pytest.raises(Conflict):
+        await database.write_returning(statement)
+    async with database.read() as conn:
+        emails = (await conn.execute(select(humans.c.email).order_by(humans.c.id))).scalars().all()
+    assert emails == ["ann@example.test", "bea@example.test"]
