@@ -39,7 +39,9 @@ class Settings(BaseSettings):
     notify_workers: int = 32
     notify_rate_per_minute: int = 120
     notify_grace_hours: float = 24.0
-    notify_process: bool = False  # deliver from a child process (docs/notify-hooks.md, "Delivery process")
+    # Deliver from a child process (docs/notify-hooks.md, "Delivery process"). Unset: yes, unless the
+    # database is in memory (two processes cannot share it).
+    notify_process: bool | None = None
 
     # A2A task surface and push notifications (docs/a2a.md; docs/configuration.md, "A2A").
     a2a_rate_per_minute: int = 600
@@ -86,6 +88,16 @@ class Settings(BaseSettings):
         if self.database_url:
             return normalize_database_url(self.database_url)
         return f"sqlite+aiosqlite:///{(self.data_dir / 'switchboard.db').resolve()}"
+
+    def in_memory_database(self) -> bool:
+        url = self.resolved_database_url()
+        return url.startswith("sqlite") and ":memory:" in url
+
+    def notify_in_worker_process(self) -> bool:
+        """SWITCHBOARD_NOTIFY_PROCESS, with its default resolved."""
+        if self.notify_process is None:
+            return not self.in_memory_database()
+        return self.notify_process
 
     def allow_cidrs(self) -> tuple[str, ...]:
         """The notify-hook allowlist (SWITCHBOARD_NOTIFY_HOOK_ALLOW_CIDRS)."""

@@ -59,6 +59,9 @@ def make_settings(data_dir: Path, database_url: str | None = None, **overrides: 
         "database_url": database_url,
         "cred_key": TEST_CRED_KEY,
         "reaper_interval": 3600.0,  # tests drive sweeps explicitly unless they say otherwise
+        # the dispatcher in the test's process, where its clock and resolver seams reach it; the worker
+        # process (the server's default) has its own tests (test_delivery_process.py)
+        "notify_process": False,
     }
     values.update(overrides)
     return Settings(**values)

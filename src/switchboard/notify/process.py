@@ -63,8 +63,7 @@ class RemoteDispatcher:
         max_buffer: int = MAX_BUFFER,
         drain_timeout: float = 5.0,
     ) -> None:
-        url = services.settings.resolved_database_url()
-        if url.startswith("sqlite") and ":memory:" in url:
+        if services.settings.in_memory_database():
             raise ValueError(
                 "SWITCHBOARD_NOTIFY_PROCESS needs a database both processes can open, not :memory:"
             )

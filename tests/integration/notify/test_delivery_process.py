@@ -135,3 +135,11 @@ async def test_the_worker_module_answers_and_exits_at_the_end_of_its_input(tmp_p
         _, err = await proc.communicate()
     assert proc.returncode == 0
     assert TEST_CRED_KEY not in err.decode()  # the key came on the pipe and is never logged
+
+
+def test_by_default_the_worker_process_delivers_unless_the_database_is_in_memory(tmp_path: Path) -> None:
+    on_file = make_settings(tmp_path / "a", notify_process=None)
+    in_memory = make_settings(tmp_path / "b", "sqlite+aiosqlite:///:memory:", notify_process=None)
+    assert on_file.notify_in_worker_process() and not in_memory.notify_in_worker_process()
+    assert isinstance(NotifyComponent(build_services(on_file)).dispatcher, RemoteDispatcher)
+    assert NotifyComponent(build_services(in_memory)).in_process is not None
