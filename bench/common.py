@@ -125,16 +125,18 @@ def children_of(pid: int) -> list[int]:
     return out
 
 
-def memory_kib(pid: int) -> dict[str, int]:
-    """VmRSS and VmHWM (peak RSS) in KiB."""
+def memory_kib(pids: int | Sequence[int]) -> dict[str, int]:
+    """VmRSS and VmHWM (peak RSS) in KiB, summed over ``pids`` (the server and its notify worker: the sum
+    of the peaks bounds the peak of the sum from above)."""
     out: dict[str, int] = {}
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                out[key] = int(value.split()[0])
-    except OSError:
-        pass
+    for pid in [pids] if isinstance(pids, int) else pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "VmHWM"):
+                    out[key] = out.get(key, 0) + int(value.split()[0])
+        except OSError:
+            pass
     return out
 
 

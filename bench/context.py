@@ -79,7 +79,7 @@ async def wait_until(check: Callable[[], Awaitable[bool]], *, timeout: float, in
 class RssSampler:
     """Samples a process's RSS every ``interval`` seconds in a task; bounded by ``max_seconds``."""
 
-    def __init__(self, pid: int, interval: float = 0.25, max_seconds: float = 900.0) -> None:
+    def __init__(self, pid: int | list[int], interval: float = 0.25, max_seconds: float = 900.0) -> None:
         self.pid, self.interval, self.max_seconds = pid, interval, max_seconds
         self.samples: list[tuple[float, int]] = []
         self._task: asyncio.Task[None] | None = None

@@ -190,13 +190,17 @@ def final_table(meta: dict[str, Any], results: dict[str, Any]) -> str:
         lines.append(
             f"1. ingest isolation at {s1['rate']:.0f} deliveries/s   p50 ms   p99 ms   max ms   rate/s   p99 ratio"
         )
-        for v in ("none", "hang", "closed"):
-            x = s1["variants"][v]
-            s = x["summary"]
-            lines.append(
-                f"   {v:<38}{s['p50']:7.1f}  {s['p99']:7.1f}  {s['max']:7.1f}  {x['throughput']:7.1f}   "
-                + (f"{x['ratio_p99']:.2f}x" if "ratio_p99" in x else "-")
-            )
+        blocks = [("", s1["variants"])]
+        if s1.get("alternate"):
+            blocks.append((" (in-process)", s1["alternate"]["variants"]))
+        for suffix, variants in blocks:
+            for v in ("none", "hang", "closed"):
+                x = variants[v]
+                s = x["summary"]
+                lines.append(
+                    f"   {v + suffix:<38}{s['p50']:7.1f}  {s['p99']:7.1f}  {s['max']:7.1f}  {x['throughput']:7.1f}   "
+                    + (f"{x['ratio_p99']:.2f}x" if "ratio_p99" in x else "-")
+                )
     s2 = results.get("s2")
     if s2:
         br = s2["burst_rate"]
@@ -340,9 +344,57 @@ def _s1(r: dict[str, Any]) -> list[str]:
         "Latency runs from the scheduled send to the full response; percentiles pool every repeat.",
         "",
     ]
+    alt = r.get("alternate")
+    if alt:
+        out[-2] += (
+            f" Every run is made twice, side by side: with the server's default, the {r['mode']} "
+            f"(`SWITCHBOARD_NOTIFY_PROCESS` unset), then with the {alt['mode']} "
+            "(`SWITCHBOARD_NOTIFY_PROCESS=false`). The targets are computed on the default."
+        )
+        out += [f"**{r['mode'].capitalize()}** (the default):", ""]
+    out += _s1_table(r["variants"])
+    if alt:
+        out += [f"**{alt['mode'].capitalize()}** (`SWITCHBOARD_NOTIFY_PROCESS=false`):", ""]
+        out += _s1_table(alt["variants"])
+    disp = []
+    modes = [(r.get("mode", ""), r["variants"])] + ([(alt["mode"], alt["variants"])] if alt else [])
+    for mode, variants in modes:
+        for v in ("hang", "closed"):
+            for i, d in enumerate(variants[v]["dispatcher"]):
+                a = d["attempts"]
+                disp.append(
+                    [
+                        f"{v} #{i + 1}" + (f", {mode}" if alt else ""),
+                        fmt(a.get("timeout", 0), 0),
+                        fmt(a.get("network", 0), 0),
+                        fmt(d["failed"], 0),
+                        fmt(d["dropped"], 0),
+                        fmt(d["disabled"], 0),
+                        fmt(d["queue_depth"], 0),
+                        fmt(d["hub_overflow"], 0),
+                    ]
+                )
+    out += ["What the dispatcher did meanwhile (server metrics at the end of each measured window):", ""]
+    out += _table(
+        [
+            "run",
+            "attempts: timeout",
+            "attempts: network",
+            "failed deliveries",
+            "dropped",
+            "hooks disabled",
+            "queue depth",
+            "hub overflow",
+        ],
+        disp,
+    )
+    return out
+
+
+def _s1_table(variants: dict[str, Any]) -> list[str]:
     rows = []
     for v in ("none", "hang", "closed"):
-        x = r["variants"][v]
+        x = variants[v]
         s = x["summary"]
         rows.append(
             [
@@ -359,7 +411,7 @@ def _s1(r: dict[str, Any]) -> list[str]:
                 f"{x['ratio_throughput']:.2f}x" if "ratio_throughput" in x else "-",
             ]
         )
-    out += _table(
+    return _table(
         [
             "hooks",
             "hook rows",
@@ -375,37 +427,6 @@ def _s1(r: dict[str, Any]) -> list[str]:
         ],
         rows,
     )
-    disp = []
-    for v in ("hang", "closed"):
-        for i, d in enumerate(r["variants"][v]["dispatcher"]):
-            a = d["attempts"]
-            disp.append(
-                [
-                    f"{v} #{i + 1}",
-                    fmt(a.get("timeout", 0), 0),
-                    fmt(a.get("network", 0), 0),
-                    fmt(d["failed"], 0),
-                    fmt(d["dropped"], 0),
-                    fmt(d["disabled"], 0),
-                    fmt(d["queue_depth"], 0),
-                    fmt(d["hub_overflow"], 0),
-                ]
-            )
-    out += ["What the dispatcher did meanwhile (server metrics at the end of each measured window):", ""]
-    out += _table(
-        [
-            "run",
-            "attempts: timeout",
-            "attempts: network",
-            "failed deliveries",
-            "dropped",
-            "hooks disabled",
-            "queue depth",
-            "hub overflow",
-        ],
-        disp,
-    )
-    return out
 
 
 def _s2(r: dict[str, Any]) -> list[str]:
@@ -457,6 +478,19 @@ def _s2(r: dict[str, Any]) -> list[str]:
         "",
     ]
     lat = r["rounds_detail"][0]["switchboard"]
+    if "in_process" in r:
+        ip = r["in_process"]
+        ib, low = ip["burst"], ip["sustained_low"]
+        lat = low["latency_stamp"]
+        out += [
+            "Same burst and the 300 todos/s load with the dispatcher in the server process "
+            f"(`SWITCHBOARD_NOTIFY_PROCESS=false`, fresh server): burst {_rate(ib['rate'])} POSTs/s "
+            f"({ib['rate'] / br['switchboard']:.2f}x the default's), todos committed in {ib['ingest_seconds']:.2f} s, "
+            f"server CPU {ib['cpu'].get('server', 0):.2f} cores; at 300 todos/s {_rate(low['delivered_rate_steady'])} "
+            f"delivered/s, title stamp to receiver p50 {_ms(lat['p50'])} / p99 {_ms(lat['p99'])} ms, ingest p99 "
+            f"{_ms(low['ingest_latency']['p99'])} ms.",
+            "",
+        ]
     if "one_owner_burst" in r:
         one = r["one_owner_burst"]
         out += [
@@ -620,12 +654,17 @@ def _s4(r: dict[str, Any]) -> list[str]:
 def _s5(r: dict[str, Any]) -> list[str]:
     if "by_component" not in r:
         return ["### 5. Profile", "", f"No profile: {r.get('error')}", ""]
+    where = (
+        "the notify worker process (where delivery runs; the server process's profile follows)"
+        if r.get("process") == "notify worker"
+        else "the server process"
+    )
     out = [
         "### 5. Profile of the Switchboard burst",
         "",
-        f"pyinstrument, event-loop thread, 0.5 ms interval, over one {r['burst']:,}-todo burst of scenario 2 "
-        f"({r['sampled_seconds']:.1f} s sampled; {_rate(r['profiled_rate'])} notifications/s under the profiler; "
-        f"server process CPU {r['server_cpu_cores']:.2f} cores). Self time by component:",
+        f"pyinstrument, event-loop thread of {where}, 0.5 ms interval, over one {r['burst']:,}-todo burst of "
+        f"scenario 2 ({r['sampled_seconds']:.1f} s sampled; {_rate(r['profiled_rate'])} notifications/s under the "
+        f"profiler; server and worker CPU {r['server_cpu_cores']:.2f} cores). Self time by component:",
         "",
     ]
     out += _table(
@@ -648,11 +687,27 @@ def _s5(r: dict[str, Any]) -> list[str]:
     out += _table(
         ["entry point", "share"], [[c["entry"], f"{c['share'] * 100:.1f}%"] for c in r["entry_points"]]
     )
+    srv = r.get("server_process", {})
+    if "by_component" in srv:
+        out += [
+            f"The server process over the same burst ({srv['sampled_seconds']:.1f} s sampled): ingest, the "
+            "transition hub and the pipe to the worker. Self time by component, then the entry points:",
+            "",
+        ]
+        out += _table(
+            ["component", "share"],
+            [[c["component"], f"{c['share'] * 100:.1f}%"] for c in srv["by_component"] if c["share"] >= 0.01],
+        )
+        out += _table(
+            ["entry point", "share"],
+            [[c["entry"], f"{c['share'] * 100:.1f}%"] for c in srv["entry_points"] if c["share"] > 0],
+        )
     iso = r.get("isolation_closed", {})
     if "by_component" in iso:
         d = iso["dispatcher"]
         out += [
-            f"Scenario 1, closed-ports variant, profiled for {iso['sampled_seconds']:.1f} s: server CPU "
+            f"Scenario 1, closed-ports variant, the server process profiled for {iso['sampled_seconds']:.1f} s: "
+            "server and worker CPU "
             f"{iso['server_cpu_cores']:.2f} cores, ingest p50 {_ms(iso['ingest']['p50'])} ms / p99 "
             f"{_ms(iso['ingest']['p99'])} ms under the profiler; {fmt(d['attempts'].get('network', 0), 0)} failed "
             "attempts meanwhile. Self time by component, then the entry points:",

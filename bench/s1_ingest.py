@@ -31,7 +31,13 @@ WARMUP_SECONDS = 2.0
 MEASURE_SECONDS = 15.0
 ORDERS = (("none", "hang", "closed"), ("closed", "hang", "none"))
 
-ESTIMATE = 150.0
+# The shipped default first (the targets are computed on it), then the other mode, side by side.
+MODES: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("notify worker process", {}),
+    ("dispatcher in the server process", {"notify_process": False}),
+)
+
+ESTIMATE = 300.0
 
 
 def _hook_urls(variant: str, ports: list[int]) -> list[list[str]]:
@@ -51,11 +57,12 @@ async def one_run(
     measure: float,
     patches: tuple[str, ...] = (),
     profile: bool = False,
+    overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One variant on a fresh server; ``patches`` only for ``python -m bench.whatif``; ``profile``
     samples the measured window (scenario 5)."""
     name = f"s1-{variant}-{tag}"
-    server = b.server(name, b.settings(name))
+    server = b.server(name, b.settings(name, **(overrides or {})))
     server.patches = list(patches)
     if profile:
         server.profile_path = str(server.workdir / "profile.pyisession")
@@ -127,18 +134,39 @@ async def run(b: Bench) -> dict[str, Any]:
     closed = [closed_port() for _ in range(HOOKS_PER_ENDPOINT)]
     runs: list[dict[str, Any]] = []
     try:
-        total = sum(len(o) for o in orders)
+        total = sum(len(o) for o in orders) * len(MODES)
         done = 0
         for r, order in enumerate(orders):
             for variant in order:
-                done += 1
-                b.progress.phase(f"s1 ingest isolation: {variant} ({done}/{total})", measure + 8)
-                ports = hang.ports if variant == "hang" else closed
-                runs.append(await one_run(b, variant, ports, f"r{r}", measure))
+                for mode, overrides in MODES:  # side by side: the shipped default, then the other mode
+                    done += 1
+                    b.progress.phase(f"s1 ingest isolation: {variant}, {mode} ({done}/{total})", measure + 8)
+                    ports = hang.ports if variant == "hang" else closed
+                    tag = f"r{r}" + ("" if mode == MODES[0][0] else "-inline")
+                    run = await one_run(b, variant, ports, tag, measure, overrides=overrides)
+                    runs.append({**run, "mode": mode})
         hang_stats = await hang.stats()
     finally:
         await hang.stop()
 
+    variants = _variants([x for x in runs if x["mode"] == MODES[0][0]])
+    alternate = _variants([x for x in runs if x["mode"] == MODES[1][0]])
+    return {
+        "endpoints": ENDPOINTS,
+        "hooks_per_endpoint": HOOKS_PER_ENDPOINT,
+        "rate": RATE,
+        "warmup_seconds": WARMUP_SECONDS,
+        "measure_seconds": measure,
+        "repeats": len(orders),
+        "orders": [list(o) for o in orders],
+        "mode": MODES[0][0],
+        "variants": variants,
+        "alternate": {"mode": MODES[1][0], "variants": alternate},
+        "hang_receiver": hang_stats,
+    }
+
+
+def _variants(runs: list[dict[str, Any]]) -> dict[str, Any]:
     variants: dict[str, Any] = {}
     for variant in ("none", "hang", "closed"):
         mine = [x for x in runs if x["variant"] == variant]
@@ -166,14 +194,4 @@ async def run(b: Bench) -> dict[str, Any]:
         variants[variant]["ratio_throughput"] = ratio(
             variants[variant]["throughput"], variants["none"]["throughput"]
         )
-    return {
-        "endpoints": ENDPOINTS,
-        "hooks_per_endpoint": HOOKS_PER_ENDPOINT,
-        "rate": RATE,
-        "warmup_seconds": WARMUP_SECONDS,
-        "measure_seconds": measure,
-        "repeats": len(orders),
-        "orders": [list(o) for o in orders],
-        "variants": variants,
-        "hang_receiver": hang_stats,
-    }
+    return variants

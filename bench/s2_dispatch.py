@@ -63,7 +63,7 @@ WARMUP_TODOS = 500
 RATE_PER_MINUTE = 60_000
 HIGH_GROUPS = 10
 
-ESTIMATE = 170.0
+ESTIMATE = 230.0
 
 Record = tuple[str, float, float, str, int]
 
@@ -73,9 +73,9 @@ def settings_overrides() -> dict[str, Any]:
 
 
 async def setup(
-    b: Bench, name: str, receiver: ReceiverProc, owners: str = "per_endpoint"
+    b: Bench, name: str, receiver: ReceiverProc, owners: str = "per_endpoint", **settings: Any
 ) -> tuple[ServerProc, World]:
-    server = b.server(name, b.settings(name, **settings_overrides()))
+    server = b.server(name, b.settings(name, **settings_overrides(), **settings))
     port = receiver.ports[0]
     groups = [list(range(g, ENDPOINTS, HIGH_GROUPS)) for g in range(HIGH_GROUPS)]
     world = await build_world(
@@ -379,6 +379,27 @@ async def run(b: Bench) -> dict[str, Any]:
             await switchboard_burst(b, solo, solo_world, receiver, WARMUP_TODOS)
             one_owner = await switchboard_burst(b, solo, solo_world, receiver, burst)
             one_owner.pop("_records")
+
+        # The other mode, side by side: the dispatcher in the server process (SWITCHBOARD_NOTIFY_PROCESS=false).
+        b.progress.phase(
+            "s2 dispatch: burst and 300/s with the dispatcher in the server process", burst / 150 + 30
+        )
+        inline, inline_world = await setup(b, "s2-in-process", receiver, notify_process=False)
+        async with running(inline, kill=True):
+            await switchboard_burst(b, inline, inline_world, receiver, WARMUP_TODOS)
+            inline_burst = await switchboard_burst(b, inline, inline_world, receiver, burst)
+            inline_burst.pop("_records")
+            inline_low = await sustained(
+                b,
+                inline,
+                receiver,
+                [s.target() for s in inline_world.fanout_sources[1:]],
+                ENDPOINTS // HIGH_GROUPS,
+                LOW_RATE,
+                low_seconds,
+                drain_timeout=30.0,
+            )
+            inline_low.pop("_records")
     finally:
         await receiver.stop()
 
@@ -412,6 +433,7 @@ async def run(b: Bench) -> dict[str, Any]:
             "ratio_vs_a2a": ratio(sb_rate, a2a_rate),
             "ratio_vs_httpx": ratio(sb_rate, raw_rate),
             "one_owner_burst": one_owner,
+            "in_process": {"burst": inline_burst, "sustained_low": inline_low},
             "sustained_light": light,
             "sustained_low": low,
             "sustained_high": high,

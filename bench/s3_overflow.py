@@ -65,8 +65,8 @@ async def run(b: Bench) -> dict[str, Any]:
         )
         targets = [s.target() for s in world.fanout_sources]
         async with running(server, kill=True):
-            rss_start = memory_kib(server.pid)
-            sampler = RssSampler(server.pid)
+            rss_start = memory_kib(server.pids())
+            sampler = RssSampler(server.pids())
             sampler.start()
             points: list[dict[str, Any]] = []
             made = 0
@@ -90,7 +90,7 @@ async def run(b: Bench) -> dict[str, Any]:
                     {
                         "todos": made,
                         "elapsed": round(time.monotonic() - started, 1),
-                        "rss_kib": memory_kib(server.pid).get("VmRSS", 0),
+                        "rss_kib": memory_kib(server.pids()).get("VmRSS", 0),
                         "statuses": result["statuses"],
                         **_snapshot(await server.metrics()),
                     }
@@ -115,7 +115,7 @@ async def run(b: Bench) -> dict[str, Any]:
             await wait_until(settled, timeout=60, interval=1.0)
             final = last
             hang_stats = await hang.stats()
-            rss_settled = memory_kib(server.pid)
+            rss_settled = memory_kib(server.pids())
             await sampler.stop()
 
             statuses = dict(

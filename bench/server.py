@@ -15,8 +15,10 @@ SIGUSR1 starts the pyinstrument profiler and SIGUSR2 stops it and saves the sess
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import signal
 import socket
 import ssl
@@ -40,12 +42,21 @@ async def bench_resolver(host: str, port: int) -> list[str]:
     raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
 
 
+def _forward(sig: int) -> None:
+    from bench.common import children_of
+
+    for child in children_of(os.getpid()):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, sig)
+
+
 class _Profiling:
     def __init__(self, path: str | None) -> None:
         self.path = path
         self.profiler: Any = None
 
     def start(self, _sig: int, _frame: FrameType | None) -> None:
+        _forward(signal.SIGUSR1)  # the notify worker process profiles itself too (bench/worker.py)
         if self.path is None or self.profiler is not None:
             return
         from pyinstrument import Profiler
@@ -54,6 +65,7 @@ class _Profiling:
         self.profiler.start()
 
     def stop(self, _sig: int, _frame: FrameType | None) -> None:
+        _forward(signal.SIGUSR2)
         if self.profiler is None or self.path is None:
             return
         session = self.profiler.stop()
@@ -81,6 +93,7 @@ def main(argv: list[str]) -> int:
             "bench.worker",
             config["ca_pem"],
             json.dumps(config.get("patches") or []),
+            f"{config['profile_path']}.worker" if config.get("profile_path") else "",
         ]
     app = create_app(services)
 

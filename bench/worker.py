@@ -1,7 +1,7 @@
 """Bench-only notify worker: ``switchboard.notify.worker`` with the bench launcher's two seams.
 
 ``bench/server.py`` starts it in place of ``python -m switchboard.notify.worker`` when a scenario sets
-``notify_process``: ``python -m bench.worker CA_PEM PATCHES_JSON``. The resolver maps ``*.bench.test``
+``notify_process``: ``python -m bench.worker CA_PEM PATCHES_JSON [PROFILE_PATH]``. The resolver maps ``*.bench.test``
 to 127.0.0.1 and TLS trusts the bench CA (checks on), as in the server; the what-if patches apply here
 too, since this is where the dispatcher runs.
 """
@@ -10,16 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import ssl
 import sys
 
-from bench.server import bench_resolver
+from bench.server import _Profiling, bench_resolver
 from switchboard.notify.worker import run
 from switchboard.obs import configure_logging
 
 
 def main(argv: list[str]) -> int:
-    ca_pem, patches = argv[0], json.loads(argv[1])
+    ca_pem, patches, profile_path = argv[0], json.loads(argv[1]), argv[2] if len(argv) > 2 else ""
+    if profile_path:  # scenario 5: the server forwards SIGUSR1/SIGUSR2 here
+        profiling = _Profiling(profile_path)
+        signal.signal(signal.SIGUSR1, profiling.start)
+        signal.signal(signal.SIGUSR2, profiling.stop)
     if patches:
         from bench.patches import apply
 

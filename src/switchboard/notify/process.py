@@ -81,6 +81,7 @@ class RemoteDispatcher:
         self._down = asyncio.Event()
         self._down.set()
         self._stopping = False
+        self._stop_requested = asyncio.Event()
         self._supervisor: asyncio.Task[None] | None = None
         self._idle_waits: dict[int, asyncio.Future[None]] = {}
         self._idle_seq = 0
@@ -151,6 +152,7 @@ class RemoteDispatcher:
     async def stop(self) -> None:
         self.accepting = False
         self._stopping = True
+        self._stop_requested.set()
         proc = self._proc
         if proc is not None and proc.stdin is not None and not proc.stdin.is_closing():
             proc.stdin.close()  # EOF: the child drains and exits
@@ -217,7 +219,9 @@ class RemoteDispatcher:
                 failures = 0
             delay = self.restart_delays[min(failures, len(self.restart_delays) - 1)]
             failures += 1
-            await asyncio.sleep(delay)
+            with contextlib.suppress(TimeoutError):  # a stop ends the wait at once
+                async with asyncio.timeout(delay):
+                    await self._stop_requested.wait()
 
     async def _spawn(self) -> asyncio.subprocess.Process:
         settings = self.services.settings.model_copy(update={"instance_id": self.services.instance_id})

@@ -143,3 +143,16 @@ def test_by_default_the_worker_process_delivers_unless_the_database_is_in_memory
     assert on_file.notify_in_worker_process() and not in_memory.notify_in_worker_process()
     assert isinstance(NotifyComponent(build_services(on_file)).dispatcher, RemoteDispatcher)
     assert NotifyComponent(build_services(in_memory)).in_process is not None
+
+
+async def test_a_stop_while_waiting_to_restart_does_not_wait_for_the_restart(tmp_path: Path) -> None:
+    async with notify_env(tmp_path, notify_process=True) as env:
+        r = remote(env)
+        r.restart_delays = (3600.0,)
+        proc = r._proc
+        assert proc is not None
+        proc.kill()
+        await r.down()
+        async with asyncio.timeout(10):  # not the hour: the stop ends the backoff at once
+            await r.stop()
+        assert r.starts == 1
