@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +33,6 @@ from sqlalchemy import (
     delete,
     func,
     insert,
-    literal,
     or_,
     select,
     union_all,
@@ -201,28 +201,39 @@ _SENDABLE = select(
 FOLDS_PER_STATEMENT = 100  # rows of one health statement (SQLite caps a compound SELECT at 500 terms)
 
 
-def _folds_statement(rows: Sequence[dict[str, Any]]) -> Any:
-    """The health folds of many hooks in one ``UPDATE ... FROM`` statement (SQLite 3.33+, PostgreSQL).
+_FOLD_COLUMNS = (
+    ("hook_id", String),
+    ("lead", Integer),
+    ("run", Integer),
+    ("reset", Boolean),
+    ("peak_trips", Boolean),
+    ("at", BigInteger),
+    ("status", Integer),
+    ("error", String),
+    ("disabled_at", BigInteger),
+)
+
+
+@functools.cache
+def _folds_statement(rows: int) -> Any:
+    """The health folds of ``rows`` hooks in one ``UPDATE ... FROM`` statement (SQLite 3.33+,
+    PostgreSQL); row ``i``'s values are the parameters ``<column>_<i>``. Built once per row count, so
+    it is compiled once per count too (``Database.write_returning`` keeps the compiled form).
 
     Why one statement: a write holds SQLite's lock from ``BEGIN IMMEDIATE`` to ``COMMIT``, and every
     statement in between is a round trip through the event loop. With one transaction per hook, a busy
     dispatcher held the lock for most of each flush, and ingest's inserts waited behind it in SQLite's
-    sleeping busy handler. Per row: the streak is ``run`` after a
-    delivered outcome and the stored streak plus ``lead`` otherwise, and an enabled hook is disabled
-    when the streak reached 10 at any point of its fold."""
+    sleeping busy handler. Per row: the streak is ``run`` after a delivered outcome and the stored
+    streak plus ``lead`` otherwise, and an enabled hook is disabled when the streak reached 10 at any
+    point of its fold."""
     terms = [
         select(
-            cast(literal(r["hook_id"]), String).label("hook_id"),
-            cast(literal(r["lead"]), Integer).label("lead"),
-            cast(literal(r["run"]), Integer).label("run"),
-            cast(literal(r["reset"]), Boolean).label("reset"),
-            cast(literal(r["peak_trips"]), Boolean).label("peak_trips"),
-            cast(literal(r["at"]), BigInteger).label("at"),
-            cast(literal(r["status"]), Integer).label("status"),
-            cast(literal(r["error"]), String).label("error"),
-            cast(literal(r["disabled_at"]), BigInteger).label("disabled_at"),
+            *(
+                cast(bindparam(f"{name}_{i}", required=False), kind).label(name)
+                for name, kind in _FOLD_COLUMNS
+            )
         )
-        for r in rows
+        for i in range(rows)
     ]
     f = (terms[0] if len(terms) == 1 else union_all(*terms)).cte("folds")
     added = _H.consecutive_failures + f.c.lead
@@ -500,9 +511,9 @@ class HookStore:
         stored: dict[str, tuple[Any, ...]] = {}
         for start in range(0, len(rows), FOLDS_PER_STATEMENT):
             # each statement its own short transaction: the rows are independent (Database.write_returning)
-            for hook_id, *state in await self.db.write_returning(
-                _folds_statement(rows[start : start + FOLDS_PER_STATEMENT])
-            ):
+            chunk = rows[start : start + FOLDS_PER_STATEMENT]
+            params = {f"{name}_{i}": row[name] for i, row in enumerate(chunk) for name, _ in _FOLD_COLUMNS}
+            for hook_id, *state in await self.db.write_returning(_folds_statement(len(chunk)), params):
                 stored[hook_id] = tuple(state)
         out: dict[str, HealthOutcome | None] = {}
         for hook_id, fold, stamp in folds:

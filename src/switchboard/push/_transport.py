@@ -392,8 +392,8 @@ class Sender:
         max_body: int = 65536,
         ssl_context: ssl.SSLContext | None = None,
         keepalive_expiry: float = 4.0,
-        max_keepalive_per_target: int = 4,
-        max_targets: int = 256,
+        max_keepalive_per_target: int = 16,
+        max_targets: int = 64,
         fast_fail_seconds: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,8 @@ from sqlalchemy.sql.dml import UpdateBase
 from switchboard.store.errors import Conflict, StoreUnavailable
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+_Compiled = tuple[str, tuple[str, ...], dict[str, Any]]
+COMPILED_KEPT = 256  # statements write_returning keeps compiled (SQLite); callers reuse a few
 _MIGRATION_LOCK = 0x5B0A_2D24  # pg_advisory_lock key: one instance migrates at a time
 
 
@@ -39,6 +41,7 @@ class Database:
 
         # Same pool; the option tells the SQLite begin hook this transaction will write.
         self._writer: AsyncEngine = self.engine.execution_options(switchboard_write=True)
+        self._compiled: dict[UpdateBase, _Compiled] = {}  # write_returning, SQLite
 
     @property
     def dialect(self) -> str:
@@ -59,7 +62,9 @@ class Database:
                 raise StoreUnavailable("database unavailable") from exc
             raise
 
-    async def write_returning(self, statement: UpdateBase) -> list[tuple[Any, ...]]:
+    async def write_returning(
+        self, statement: UpdateBase, params: Mapping[str, Any]
+    ) -> list[tuple[Any, ...]]:
         """One writing statement as its own transaction; its RETURNING rows as plain tuples.
 
         On SQLite it runs in autocommit, with one trip to the driver's thread that executes it and
@@ -67,25 +72,38 @@ class Database:
         statement, COMMIT), each waiting for the event loop's next turn, and SQLite's write lock is held
         across all of them. In a busy process that held the lock for tens of milliseconds, while writers
         in the other process (ingest, with ``SWITCHBOARD_NOTIFY_PROCESS``) slept in SQLite's busy
-        handler. Here the lock is held only while SQLite executes the statement. Only for statements
-        whose parameters need no type conversion (strings, numbers, booleans, NULL)."""
+        handler. Here the lock is held only while SQLite executes the statement.
+
+        For statements built once and reused, with bound ``params`` that need no type conversion
+        (strings, numbers, booleans, NULL): on SQLite each statement is compiled once and kept."""
         if not self.is_sqlite:
             async with self.begin() as conn:
-                return [tuple(row) for row in (await conn.execute(statement)).all()]
-        compiled = statement.compile(dialect=self.engine.dialect)
-        assert isinstance(compiled, SQLCompiler)
-        params = compiled.construct_params() or {}
-        args = tuple(params[name] for name in compiled.positiontup or ())
+                return [tuple(row) for row in (await conn.execute(statement, dict(params))).all()]
+        sql, names, defaults = self._compiled_sql(statement)
+        args = tuple(params[name] if name in params else defaults[name] for name in names)
         try:
             async with self.engine.connect() as conn:
                 raw = await conn.get_raw_connection()
                 driver: Any = raw.driver_connection  # the aiosqlite connection, in autocommit
-                rows = await driver.execute_fetchall(compiled.string, args)
+                rows = await driver.execute_fetchall(sql, args)
         except sqlite3.IntegrityError as exc:
             raise Conflict(str(exc).splitlines()[0][:200]) from exc
         except (sqlite3.Error, OperationalError, InterfaceError, OSError) as exc:
             raise StoreUnavailable("database unavailable") from exc
         return [tuple(row) for row in rows]
+
+    def _compiled_sql(self, statement: UpdateBase) -> _Compiled:
+        """SQL text, parameter order and the values of the statement's own literals (its defaults)."""
+        found = self._compiled.get(statement)
+        if found is None:
+            compiled = statement.compile(dialect=self.engine.dialect)
+            assert isinstance(compiled, SQLCompiler)
+            if len(self._compiled) >= COMPILED_KEPT:
+                self._compiled.clear()
+            defaults = {name: bind.effective_value for name, bind in compiled.binds.items()}
+            found = (compiled.string, tuple(compiled.positiontup or ()), defaults)
+            self._compiled[statement] = found
+        return found
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:

@@ -77,10 +77,10 @@ class NotifyDB:
 
         real = self.db.write_returning
 
-        async def direct(statement: Any) -> Any:
+        async def direct(statement: Any, params: Any) -> Any:
             if self.db.is_sqlite:
                 record(None, None, str(statement.compile(dialect=self.db.engine.dialect)))
-            return await real(statement)
+            return await real(statement, params)
 
         engine = self.db.engine.sync_engine
         event.listen(engine, "before_cursor_execute", record)

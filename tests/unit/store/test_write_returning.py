@@ -8,7 +8,7 @@ lock is free once it returns, and driver errors come out as store errors.
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import insert, select, update
+from sqlalchemy import bindparam, insert, select, update
 
 from switchboard.store.db import Database
 from switchboard.store.errors import Conflict
@@ -22,12 +22,13 @@ async def add(database: Database, human_id: str, email: str) -> None:
 
 async def test_the_change_is_committed_and_its_rows_returned(database: Database) -> None:
     await add(database, "h_1", "ann@example.test")
-    rows = await database.write_returning(
+    statement = (
         update(humans)
-        .where(humans.c.id == "h_1")
-        .values(email="bea@example.test")
+        .where(humans.c.id == bindparam("p_id"))
+        .values(email=bindparam("p_email"))
         .returning(humans.c.id, humans.c.email)
     )
+    rows = await database.write_returning(statement, {"p_id": "h_1", "p_email": "bea@example.test"})
     assert rows == [("h_1", "bea@example.test")]
     async with database.read() as conn:  # another connection sees it: committed, not pending
         assert (await conn.execute(select(humans.c.email))).scalar_one() == "bea@example.test"
@@ -37,18 +38,18 @@ async def test_the_change_is_committed_and_its_rows_returned(database: Database)
 
 
 async def test_no_matching_row_returns_nothing(database: Database) -> None:
-    statement = update(humans).where(humans.c.id == "nope").values(email="x").returning(humans.c.id)
-    assert await database.write_returning(statement) == []
+    statement = (
+        update(humans).where(humans.c.id == bindparam("p_id")).values(email="x").returning(humans.c.id)
+    )
+    assert await database.write_returning(statement, {"p_id": "nope"}) == []
 
 
 async def test_a_constraint_violation_is_a_conflict_and_changes_nothing(database: Database) -> None:
     await add(database, "h_1", "ann@example.test")
     await add(database, "h_2", "bea@example.test")
-    statement = (
-        update(humans).where(humans.c.id == "h_2").values(email="ann@example.test").returning(humans.c.id)
-    )
+    statement = update(humans).where(humans.c.id == bindparam("p_id")).values(email="ann@example.test")
     with pytest.raises(Conflict):
-        await database.write_returning(statement)
+        await database.write_returning(statement.returning(humans.c.id), {"p_id": "h_2"})
     async with database.read() as conn:
         emails = (await conn.execute(select(humans.c.email).order_by(humans.c.id))).scalars().all()
     assert emails == ["ann@example.test", "bea@example.test"]
