@@ -82,6 +82,13 @@ class ServerProc:
         if not line.startswith(b"READY"):
             await self.stop()
             raise RuntimeError(f"{self.name} failed to start (log: {self.log_path}): {line!r}")
+        if self.settings.get("notify_process") is not False:
+            # the notify worker process (the default) imports and connects on its own: measure from ready
+            deadline = asyncio.get_running_loop().time() + timeout
+            while not any(e.get("event") == "notify worker ready" for e in self.log_lines()):
+                if asyncio.get_running_loop().time() > deadline:
+                    raise RuntimeError(f"{self.name}: the notify worker did not start (log: {self.log_path})")
+                await asyncio.sleep(0.1)
 
     async def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         async with httpx.AsyncClient(timeout=10) as http:

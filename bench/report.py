@@ -481,13 +481,13 @@ def _s2(r: dict[str, Any]) -> list[str]:
     if "in_process" in r:
         ip = r["in_process"]
         ib, low = ip["burst"], ip["sustained_low"]
-        lat = low["latency_stamp"]
+        ilat = low["latency_stamp"]
         out += [
             "Same burst and the 300 todos/s load with the dispatcher in the server process "
             f"(`SWITCHBOARD_NOTIFY_PROCESS=false`, fresh server): burst {_rate(ib['rate'])} POSTs/s "
             f"({ib['rate'] / br['switchboard']:.2f}x the default's), todos committed in {ib['ingest_seconds']:.2f} s, "
             f"server CPU {ib['cpu'].get('server', 0):.2f} cores; at 300 todos/s {_rate(low['delivered_rate_steady'])} "
-            f"delivered/s, title stamp to receiver p50 {_ms(lat['p50'])} / p99 {_ms(lat['p99'])} ms, ingest p99 "
+            f"delivered/s, title stamp to receiver p50 {_ms(ilat['p50'])} / p99 {_ms(ilat['p99'])} ms, ingest p99 "
             f"{_ms(low['ingest_latency']['p99'])} ms.",
             "",
         ]

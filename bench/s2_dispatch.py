@@ -112,6 +112,7 @@ async def switchboard_burst(
     await receiver.collect()
     base = (await receiver.stats())["requests"]
     fan = world.fanout_sources[0]
+    dropped_before = await _dropped(server)
     meter = CpuMeter({"server": server.pids(), "receiver": receiver.pid, "client": b.client.pid})
     meter.start()
     ingest = await b.client.run(
@@ -124,7 +125,6 @@ async def switchboard_burst(
             "concurrency": 4,
         },
     )
-    dropped_before = await _dropped(server)
 
     async def settled() -> bool:
         # every notification either arrived or was dropped (bounded queues: e.g. one owner's backlog)
