@@ -60,9 +60,17 @@ async def run(
     )
     deltas = MetricDeltas(services.metrics)
 
+    parent_gone = False
+
     def send(message: dict[str, Any]) -> None:
-        out.write(line(message))
-        out.flush()
+        nonlocal parent_gone
+        if parent_gone:
+            return
+        try:
+            out.write(line(message))
+            out.flush()
+        except OSError:  # the server is gone: its stdin's end follows, and this worker drains and exits
+            parent_gone = True
 
     def relay() -> None:
         changes = deltas.take()
