@@ -20,6 +20,7 @@ from standardwebhooks import Webhook
 from switchboard.notify.component import NotifyComponent
 from switchboard.notify.process import WORKER_COMMAND, RemoteDispatcher
 from switchboard.notify.wire import line
+from switchboard.notify.worker import NICENESS
 from switchboard.services import build_services
 from tests.integration.notify.conftest import Env, notify_env
 from tests.support.receivers import Respond
@@ -156,3 +157,10 @@ async def test_a_stop_while_waiting_to_restart_does_not_wait_for_the_restart(tmp
         async with asyncio.timeout(10):  # not the hour: the stop ends the backoff at once
             await r.stop()
         assert r.starts == 1
+
+
+async def test_the_worker_yields_the_cpu_to_the_server(penv: Env) -> None:
+    """REQ-7: under CPU contention the kernel serves ingest's process first (niceness +10)."""
+    await remote(penv).idle()  # it answered: it is past its start-up
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    assert os.getpriority(os.PRIO_PROCESS, child_pid(penv)) == min(mine + NICENESS, 19)
