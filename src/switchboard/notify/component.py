@@ -61,9 +61,8 @@ class NotifyComponent:
         validator, _ = notify_outbound(services)
         self.verbs = NotifyHooks(self.store, validator, s.notify_hook_ceiling)
         self.dispatcher: Dispatcher | RemoteDispatcher
-        if (
-            s.notify_in_worker_process()
-        ):  # the dispatcher runs in a child process (switchboard.notify.process)
+        # By default the dispatcher runs in a child process (switchboard.notify.process).
+        if s.notify_in_worker_process():
             command = services.extras.get("notify_worker_command", WORKER_COMMAND)  # tests and bench: seams
             self.dispatcher = RemoteDispatcher(services, retry_delays=retry_delays, command=command)
         else:
