@@ -24,6 +24,12 @@ log = get_logger("switchboard.notify")
 SECRET_SWEEP_SECONDS = 60.0
 
 
+def hook_store(services: Services) -> HookStore:
+    """The hook store as the server and its notify worker process both build it."""
+    grace = services.settings.notify_grace_hours * 3600
+    return HookStore(services.db, services.envelope, services.clock, grace_seconds=grace)
+
+
 def build_dispatcher(
     services: Services,
     store: HookStore,
@@ -55,9 +61,7 @@ class NotifyComponent:
     def __init__(self, services: Services, *, retry_delays: Sequence[float] = (1.0, 5.0)) -> None:
         s = services.settings
         self.services = services
-        self.store = HookStore(
-            services.db, services.envelope, services.clock, grace_seconds=s.notify_grace_hours * 3600
-        )
+        self.store = hook_store(services)
         validator, _ = notify_outbound(services)
         self.verbs = NotifyHooks(self.store, validator, s.notify_hook_ceiling)
         self.dispatcher: Dispatcher | RemoteDispatcher

@@ -18,8 +18,7 @@ import ssl
 import sys
 from typing import IO, Any
 
-from switchboard.notify.component import build_dispatcher
-from switchboard.notify.store import HookStore
+from switchboard.notify.component import build_dispatcher, hook_store
 from switchboard.notify.wire import MetricDeltas, line, presence_of, transitions_of
 from switchboard.obs import configure_logging
 from switchboard.obs.logs import get_logger
@@ -54,12 +53,9 @@ async def run(
     hello = json.loads(first)["hello"]
     settings = Settings.model_validate(hello["settings"])
     services = build_services(settings, resolver=resolver, ssl_context=ssl_context)
-    store = HookStore(
-        services.db, services.envelope, services.clock, grace_seconds=settings.notify_grace_hours * 3600
-    )
     dispatcher = build_dispatcher(
         services,
-        store,
+        hook_store(services),
         retry_delays=[float(d) for d in hello["retry_delays"]],
         drain_timeout=float(hello.get("drain_timeout", 5.0)),
         priority=None,  # inbound requests live in the server process, not here
