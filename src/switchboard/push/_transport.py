@@ -16,6 +16,8 @@ import contextlib
 import contextvars
 import errno
 import re
+import select
+import socket
 import ssl
 import time
 import typing
@@ -135,12 +137,30 @@ def _connect_reason(exc: BaseException) -> str:
     return "connect_failed"
 
 
+def _readable(sock: socket.socket | None) -> bool:
+    """httpcore's test of an idle kept connection (readable = the server closed it, or sent
+    bytes no request asked for: either way it cannot be reused), as httpcore makes it."""
+    if sock is None or sock.fileno() < 0:
+        return True
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
+
+
 class _PinnedStream(httpcore.AsyncNetworkStream):
     """Wraps the real stream to record the stage and classify TLS failures, always on the
-    attempt using the stream now (a kept connection serves many attempts)."""
+    attempt using the stream now (a kept connection serves many attempts).
+
+    It also answers httpcore's ``is_readable`` from the socket it looked up once: httpcore's
+    pool asks it of every idle connection of a pool whenever a request is queued or a response
+    closed, and anyio's answer rebuilt its attribute tables and called ``getpeername`` each
+    time (a fifth of the notify worker's CPU in a burst to one receiver, docs/benchmarks.md)."""
+
+    _UNSET = object()
 
     def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
         self._inner = inner
+        self._sock: typing.Any = self._UNSET
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         progress = _progress()
@@ -172,6 +192,10 @@ class _PinnedStream(httpcore.AsyncNetworkStream):
         return _PinnedStream(inner)
 
     def get_extra_info(self, info: str) -> typing.Any:
+        if info == "is_readable":
+            if self._sock is self._UNSET:
+                self._sock = self._inner.get_extra_info("socket")
+            return _readable(self._sock)
         return self._inner.get_extra_info(info)
 
 
