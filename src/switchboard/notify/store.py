@@ -199,6 +199,10 @@ _SENDABLE = select(
 
 
 FOLDS_PER_STATEMENT = 100  # rows of one health statement (SQLite caps a compound SELECT at 500 terms)
+#: The row counts a health statement is built for. A flush of n folds uses the smallest that holds them,
+#: its unused rows left NULL (a NULL hook id matches no row), so at most this many statements are ever
+#: compiled: one per flush size cost more CPU than the rest of the flush.
+FOLD_STATEMENT_SIZES = (1, 2, 4, 8, 16, 32, 64, FOLDS_PER_STATEMENT)
 
 
 _FOLD_COLUMNS = (
@@ -218,7 +222,8 @@ _FOLD_COLUMNS = (
 def _folds_statement(rows: int) -> Any:
     """The health folds of ``rows`` hooks in one ``UPDATE ... FROM`` statement (SQLite 3.33+,
     PostgreSQL); row ``i``'s values are the parameters ``<column>_<i>``. Built once per row count, so
-    it is compiled once per count too (``Database.write_returning`` keeps the compiled form).
+    it is compiled once per count too (``Database.write_returning`` keeps the compiled form). Rows whose
+    parameters are not given are NULL and match no hook.
 
     Why one statement: a write holds SQLite's lock from ``BEGIN IMMEDIATE`` to ``COMMIT``, and every
     statement in between is a round trip through the event loop. With one transaction per hook, a busy
@@ -513,7 +518,8 @@ class HookStore:
             # each statement its own short transaction: the rows are independent (Database.write_returning)
             chunk = rows[start : start + FOLDS_PER_STATEMENT]
             params = {f"{name}_{i}": row[name] for i, row in enumerate(chunk) for name, _ in _FOLD_COLUMNS}
-            for hook_id, *state in await self.db.write_returning(_folds_statement(len(chunk)), params):
+            size = next(n for n in FOLD_STATEMENT_SIZES if n >= len(chunk))
+            for hook_id, *state in await self.db.write_returning(_folds_statement(size), params):
                 stored[hook_id] = tuple(state)
         out: dict[str, HealthOutcome | None] = {}
         for hook_id, fold, stamp in folds:

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from switchboard.clock import ms
-from switchboard.notify.store import DISABLE_AFTER, FOLDS_PER_STATEMENT, HealthFold
+from switchboard.notify.store import DISABLE_AFTER, FOLD_STATEMENT_SIZES, FOLDS_PER_STATEMENT, HealthFold
 from tests.unit.notify.conftest import NotifyDB, queries, selects_on_hooks, updates_on_hooks
 
 
@@ -231,3 +231,19 @@ async def test_more_folds_than_one_statement_holds_are_all_written(ndb: NotifyDB
     assert len(updates_on_hooks(seen)) == 2
     assert all(o is not None and o.consecutive_failures == 2 for o in out.values()) and len(out) == len(ids)
     assert [(await ndb.row(i)).consecutive_failures for i in ids] == [2] * len(ids)
+
+
+async def test_flush_sizes_share_a_few_statements_and_their_spare_rows_touch_nothing(ndb: NotifyDB) -> None:
+    endpoint = await ndb.endpoint("ep-a")
+    ids = [(await ndb.hook(endpoint)).id for _ in range(5)]
+    bystander = (await ndb.hook(await ndb.endpoint("ep-b"))).id
+    statements: set[str] = set()
+    for n in range(1, 6):  # 3 and 4 folds use the 4-row statement, 5 the 8-row one
+        with ndb.statements() as seen:
+            out = await ndb.hooks.record_many([(i, fold_of("F"), 1) for i in ids[:n]])
+        assert set(out) == set(ids[:n]) and all(o is not None for o in out.values())
+        statements.update(updates_on_hooks(seen))
+    assert len(statements) == len([k for k in FOLD_STATEMENT_SIZES if k <= 8])  # 1, 2, 4, 8 rows
+    assert [(await ndb.row(i)).consecutive_failures for i in ids] == [5, 4, 3, 2, 1]
+    row = await ndb.row(bystander)
+    assert row.consecutive_failures == 0 and row.last_attempt_at is None and row.enabled
