@@ -89,6 +89,7 @@ class _Progress:
         self.connect_reason: str | None = None
         self.connected = False  # this attempt opened a TCP connection
         self.reused = False  # this attempt's request went out on a connection an earlier one opened
+        self.stream: _PinnedStream | None = None  # the stream this attempt's dial ended with
 
 
 #: The attempt running in this task. httpcore dials, handshakes, writes and reads in the
@@ -151,16 +152,21 @@ class _PinnedStream(httpcore.AsyncNetworkStream):
     """Wraps the real stream to record the stage and classify TLS failures, always on the
     attempt using the stream now (a kept connection serves many attempts).
 
-    It also answers httpcore's ``is_readable`` from the socket it looked up once: httpcore's
-    pool asks it of every idle connection of a pool whenever a request is queued or a response
-    closed, and anyio's answer rebuilt its attribute tables and called ``getpeername`` each
-    time (a fifth of the notify worker's CPU in a burst to one receiver, docs/benchmarks.md)."""
-
-    _UNSET = object()
+    httpcore's pool asks ``is_readable`` of every idle connection of a pool whenever a request
+    is queued or a response closed (about 40 times per request in a burst to one receiver, each
+    a ``getpeername`` and a ``poll`` through anyio: a fifth of the notify worker's CPU,
+    docs/benchmarks.md). This stream answers "no" there, and :class:`_KeptConnection` asks
+    :meth:`closed_by_peer` once instead, of the one connection about to carry a request."""
 
     def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
         self._inner = inner
-        self._sock: typing.Any = self._UNSET
+        self._sock: socket.socket | None = inner.get_extra_info("socket")
+        _progress().stream = self  # the newest layer (TLS over TCP) is the one a connection keeps
+
+    def closed_by_peer(self) -> bool:
+        """Readable while no request is out: the server closed it (or sent what nobody asked
+        for); either way it must not carry a request."""
+        return _readable(self._sock)
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         progress = _progress()
@@ -193,9 +199,7 @@ class _PinnedStream(httpcore.AsyncNetworkStream):
 
     def get_extra_info(self, info: str) -> typing.Any:
         if info == "is_readable":
-            if self._sock is self._UNSET:
-                self._sock = self._inner.get_extra_info("socket")
-            return _readable(self._sock)
+            return False  # asked of every idle connection on every pool event: see closed_by_peer
         return self._inner.get_extra_info(info)
 
 
@@ -262,6 +266,12 @@ class _KeptConnection(httpcore.AsyncConnectionInterface):
     httpcore's pool asks ``has_expired`` of every connection whenever a request is queued
     or a response is closed, so the first call after a connection turns idle starts its
     idle time; every reuse resets it.
+
+    A kept connection the server closed while it was idle is found when the pool hands it
+    the next request (its socket is readable): it then refuses with httpcore's
+    ``ConnectionNotAvailable``, reports itself expired, and the pool closes it and gives the
+    request another connection or a new one, as it does for any connection that turns out
+    to be unavailable.
     """
 
     def __init__(
@@ -272,12 +282,22 @@ class _KeptConnection(httpcore.AsyncConnectionInterface):
         self._clock = clock
         self._requests = 0
         self._idle_since: float | None = None
+        self._stream: _PinnedStream | None = None
+        self._closed_by_peer = False
 
     async def handle_async_request(self, request: httpcore.Request) -> httpcore.Response:
+        if self._stream is not None and self._inner.is_idle() and self._stream.closed_by_peer():
+            self._closed_by_peer = True
+            raise httpcore.ConnectionNotAvailable()
         self._idle_since = None
         self._requests += 1
-        _progress().reused = self._requests > 1
-        return await self._inner.handle_async_request(request)
+        progress = _progress()
+        progress.reused = self._requests > 1
+        try:
+            return await self._inner.handle_async_request(request)
+        finally:
+            if self._requests == 1:
+                self._stream = progress.stream  # dialled by this first request
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -289,11 +309,11 @@ class _KeptConnection(httpcore.AsyncConnectionInterface):
         return self._inner.can_handle_request(origin)
 
     def is_available(self) -> bool:
-        return self._inner.is_available()
+        return not self._closed_by_peer and self._inner.is_available()
 
     def has_expired(self) -> bool:
-        # httpcore: the server closed the idle socket (it is readable), or the connect failed.
-        if self._inner.has_expired():
+        # httpcore: the connect failed (the stream's is_readable is always False, see above).
+        if self._closed_by_peer or self._inner.has_expired():
             return True
         if not self._inner.is_idle():
             return False
