@@ -346,10 +346,12 @@ def _s1(r: dict[str, Any]) -> list[str]:
     ]
     alt = r.get("alternate")
     if alt:
+        rounds = alt.get("repeats", r["repeats"])
         out[-2] += (
-            f" Every run is made twice, side by side: with the server's default, the {r['mode']} "
-            f"(`SWITCHBOARD_NOTIFY_PROCESS` unset), then with the {alt['mode']} "
-            "(`SWITCHBOARD_NOTIFY_PROCESS=false`). The targets are computed on the default."
+            f" The targets are computed on the server's default, the {r['mode']} "
+            f"(`SWITCHBOARD_NOTIFY_PROCESS` unset). In the first {rounds} round{'s' if rounds != 1 else ''}, "
+            f"each run is followed by the same run with the {alt['mode']} "
+            "(`SWITCHBOARD_NOTIFY_PROCESS=false`), for comparison."
         )
         out += [f"**{r['mode'].capitalize()}** (the default):", ""]
     out += _s1_table(r["variants"])

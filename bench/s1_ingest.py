@@ -29,15 +29,25 @@ HOOKS_PER_ENDPOINT = 5
 RATE = 60.0  # deliveries per second offered: well under one core of ingest on this machine
 WARMUP_SECONDS = 2.0
 MEASURE_SECONDS = 15.0
-ORDERS = (("none", "hang", "closed"), ("closed", "hang", "none"))
+# Each variant once per round, in a different position every round, so drift on the shared machine (other
+# engineers' test suites) lands on every variant alike. p99 of ~900 requests per run rests on its 9
+# slowest: four rounds pool 3,600 per variant, and one noisy minute moves the pooled p99 much less.
+ORDERS = (
+    ("none", "hang", "closed"),
+    ("closed", "hang", "none"),
+    ("hang", "closed", "none"),
+    ("none", "closed", "hang"),
+)
 
-# The shipped default first (the targets are computed on it), then the other mode, side by side.
+# The shipped default first (the targets are computed on it), then the other mode, side by side, in the
+# first round only: it is the comparison that shows why the default is what it is, not a target.
 MODES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("notify worker process", {}),
     ("dispatcher in the server process", {"notify_process": False}),
 )
+ALTERNATE_ROUNDS = 1
 
-ESTIMATE = 300.0
+ESTIMATE = 420.0
 
 
 def _hook_urls(variant: str, ports: list[int]) -> list[list[str]]:
@@ -134,11 +144,13 @@ async def run(b: Bench) -> dict[str, Any]:
     closed = [closed_port() for _ in range(HOOKS_PER_ENDPOINT)]
     runs: list[dict[str, Any]] = []
     try:
-        total = sum(len(o) for o in orders) * len(MODES)
+        alternate_rounds = min(ALTERNATE_ROUNDS, len(orders))
+        total = sum(len(o) for o in orders) + sum(len(o) for o in orders[:alternate_rounds])
         done = 0
         for r, order in enumerate(orders):
             for variant in order:
-                for mode, overrides in MODES:  # side by side: the shipped default, then the other mode
+                # side by side: the shipped default, then (first rounds only) the other mode
+                for mode, overrides in MODES if r < alternate_rounds else MODES[:1]:
                     done += 1
                     b.progress.phase(f"s1 ingest isolation: {variant}, {mode} ({done}/{total})", measure + 8)
                     ports = hang.ports if variant == "hang" else closed
@@ -161,7 +173,12 @@ async def run(b: Bench) -> dict[str, Any]:
         "orders": [list(o) for o in orders],
         "mode": MODES[0][0],
         "variants": variants,
-        "alternate": {"mode": MODES[1][0], "variants": alternate},
+        "alternate": {
+            "mode": MODES[1][0],
+            "variants": alternate,
+            "repeats": min(ALTERNATE_ROUNDS, len(orders)),
+            "orders": [list(o) for o in orders[:ALTERNATE_ROUNDS]],
+        },
         "hang_receiver": hang_stats,
     }
 
