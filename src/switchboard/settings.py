@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MAX_AUTO_NOTIFY_PROCESSES = 4
 
 
 class Settings(BaseSettings):
@@ -42,6 +45,9 @@ class Settings(BaseSettings):
     # Deliver from a child process (docs/notify-hooks.md, "Delivery process"). Unset: yes, unless the
     # database is in memory (two processes cannot share it).
     notify_process: bool | None = None
+    # How many such children share the delivery, each owning the hooks of a fixed share of the endpoints.
+    # Unset: one per CPU core, at most 4.
+    notify_processes: int | None = Field(default=None, ge=1, le=64)
 
     # A2A task surface and push notifications (docs/a2a.md; docs/configuration.md, "A2A").
     a2a_rate_per_minute: int = 600
@@ -98,6 +104,12 @@ class Settings(BaseSettings):
         if self.notify_process is None:
             return not self.in_memory_database()
         return self.notify_process
+
+    def notify_worker_processes(self) -> int:
+        """SWITCHBOARD_NOTIFY_PROCESSES, with its default resolved (used only with the worker process)."""
+        if self.notify_processes is not None:
+            return self.notify_processes
+        return max(1, min(os.cpu_count() or 1, MAX_AUTO_NOTIFY_PROCESSES))
 
     def allow_cidrs(self) -> tuple[str, ...]:
         """The notify-hook allowlist (SWITCHBOARD_NOTIFY_HOOK_ALLOW_CIDRS)."""

@@ -68,7 +68,12 @@ class NotifyComponent:
         # By default the dispatcher runs in a child process (switchboard.notify.process).
         if s.notify_in_worker_process():
             command = services.extras.get("notify_worker_command", WORKER_COMMAND)  # tests and bench: seams
-            self.dispatcher = RemoteDispatcher(services, retry_delays=retry_delays, command=command)
+            self.dispatcher = RemoteDispatcher(
+                services,
+                retry_delays=retry_delays,
+                command=command,
+                processes=s.notify_worker_processes(),
+            )
         else:
             self.dispatcher = build_dispatcher(
                 services, self.store, retry_delays=retry_delays, priority=inbound_priority(services)

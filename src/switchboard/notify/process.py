@@ -1,9 +1,14 @@
-"""The server's side of the notify worker process (``SWITCHBOARD_NOTIFY_PROCESS``).
+"""The server's side of the notify worker processes (``SWITCHBOARD_NOTIFY_PROCESS``).
 
 Why a process: on one interpreter, delivery and ingest share one core, so a burst of notifications or
 a crowd of dead receivers slows ingest however the work is scheduled (docs/benchmarks.md). With this
-setting the server keeps ingest, MCP and the web UI, and a child (``python -m
-switchboard.notify.worker``) runs the dispatcher: matching, the bounded queue, attempts, health writes.
+setting the server keeps ingest, MCP and the web UI, and children (``python -m
+switchboard.notify.worker``) run the dispatcher: matching, the bounded queue, attempts, health writes.
+
+Why several (``SWITCHBOARD_NOTIFY_PROCESSES``, one per core by default, at most 4): one child delivers on
+one core at most. Each endpoint's transitions always go to the same child (a hash of its id), so a
+hook's rate limit, health fold and disable live in one process, as with one child; the per-owner
+in-flight bound and the queue bound apply per child.
 
 The contract of REQ-7 holds across the pipe:
 
@@ -13,7 +18,7 @@ The contract of REQ-7 holds across the pipe:
   a full hub queue; the todos are unaffected.
 * The child's own queue, workers, retries and health writes are the in-process dispatcher's.
 * The child's counters reach this process's ``/metrics`` (:mod:`switchboard.notify.wire`).
-* A child that dies is started again, after 1 s, doubling up to 30 s while it keeps dying early; what
+* A child that dies is started again (the others carry on), after 1 s, doubling up to 30 s while it keeps dying early; what
   it had in memory is lost, as a restart loses it (REQ-7).
 * Stopping closes the child's stdin: it stops taking work, drains within the dispatcher's drain
   timeout, writes pending health and exits; it is killed if it has not exited some seconds later.
@@ -27,10 +32,12 @@ import json
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Sequence
+from typing import Any
 
 from switchboard.notify.dispatcher import _DropLog
-from switchboard.notify.wire import apply_metrics, line, presence_line, transitions_line
+from switchboard.notify.wire import RELAYED, line, presence_line, transitions_line
 from switchboard.obs.logs import get_logger
 from switchboard.services import Services
 from switchboard.store.presence import PresenceReturn
@@ -50,9 +57,14 @@ class WorkerUnavailable(RuntimeError):
     pass
 
 
+def child_of(endpoint_id: str, children: int) -> int:
+    """Which child delivers for an endpoint: stable across batches and restarts of the server."""
+    return zlib.crc32(endpoint_id.encode()) % children
+
+
 class RemoteDispatcher:
     """Stands where :class:`~switchboard.notify.dispatcher.Dispatcher` stands in the notify component
-    (the same hub, presence and lifecycle methods), and hands the work to the child process."""
+    (the same hub, presence and lifecycle methods), and hands the work to the child processes."""
 
     def __init__(
         self,
@@ -62,11 +74,14 @@ class RemoteDispatcher:
         command: Sequence[str] = WORKER_COMMAND,
         max_buffer: int = MAX_BUFFER,
         drain_timeout: float = 5.0,
+        processes: int = 1,
     ) -> None:
         if services.settings.in_memory_database():
             raise ValueError(
                 "SWITCHBOARD_NOTIFY_PROCESS needs a database both processes can open, not :memory:"
             )
+        if processes < 1:
+            raise ValueError("processes must be at least 1")
         self.services = services
         self.metrics = services.metrics
         self.command = list(command)
@@ -74,33 +89,38 @@ class RemoteDispatcher:
         self.max_buffer = max_buffer
         self.drain_timeout = drain_timeout
         self.accepting = False
-        self.starts = 0  # children started so far (tests wait for a restart with running())
-        self._proc: asyncio.subprocess.Process | None = None
         self.restart_delays: Sequence[float] = RESTART_DELAYS
-        self._running = asyncio.Event()
-        self._down = asyncio.Event()
-        self._down.set()
+        self.workers = [WorkerProcess(self, index) for index in range(processes)]
         self._stopping = False
         self._stop_requested = asyncio.Event()
-        self._supervisor: asyncio.Task[None] | None = None
-        self._idle_waits: dict[int, asyncio.Future[None]] = {}
-        self._idle_seq = 0
         self._drops = _DropLog()
+        # a relayed gauge (queue depth) is the sum of every child's latest value
+        self._gauges: dict[tuple[str, tuple[tuple[str, str], ...]], list[float]] = {}
+
+    @property
+    def starts(self) -> int:
+        """Children started so far, restarts included (tests wait for a restart with running())."""
+        return sum(w.starts for w in self.workers)
 
     # -- what the hub and presence call --------------------------------------------------------
 
     async def on_transitions(self, batch: Sequence[Transition]) -> None:
         if not self.accepting:
             return
-        wanted = [t for t in batch if t.pushable]
-        if not wanted:
-            return
-        if not self._send(transitions_line(wanted)):
-            for t in wanted:
-                self._dropped("worker_unavailable", endpoint_id=t.endpoint_id, todo_id=t.todo_id)
+        shares: dict[int, list[Transition]] = {}
+        for t in batch:
+            if t.pushable and t.endpoint_id is not None:
+                shares.setdefault(child_of(t.endpoint_id, len(self.workers)), []).append(t)
+        for index, share in shares.items():
+            if not self.workers[index].send(transitions_line(share)):
+                for t in share:
+                    self._dropped("worker_unavailable", endpoint_id=t.endpoint_id, todo_id=t.todo_id)
 
     async def on_presence_return(self, event: PresenceReturn) -> None:
-        if self.accepting and not self._send(presence_line(event)):
+        if not self.accepting:
+            return
+        worker = self.workers[child_of(event.endpoint_id, len(self.workers))]
+        if not worker.send(presence_line(event)):
             self._dropped(
                 "worker_unavailable", endpoint_id=event.endpoint_id, todo_id=None, kind="todos.backlog"
             )
@@ -116,27 +136,96 @@ class RemoteDispatcher:
         self.metrics.notify_notifications.labels(kind, "dropped").inc()
         self._drops.drop(reason, endpoint_id=endpoint_id, todo_id=todo_id)
 
-    def _send(self, data: bytes) -> bool:
-        """Hand a line to the child without waiting; False when it cannot take it now."""
-        proc = self._proc
-        stdin = proc.stdin if proc is not None else None
-        if stdin is None or stdin.is_closing() or proc is None or proc.returncode is not None:
-            return False
-        if stdin.transport.get_write_buffer_size() > self.max_buffer:
-            return False
-        stdin.write(data)
-        return True
+    # -- metrics from the children -------------------------------------------------------------
+
+    def apply_metrics(self, index: int, changes: Sequence[Sequence[Any]]) -> None:
+        """Move this process's series by what child ``index`` reported: counters by the increments,
+        gauges to the sum over the children (only the relayed series)."""
+        for attr, op, labels, value in changes:
+            if attr not in RELAYED or op not in ("inc", "set"):
+                continue
+            series = getattr(self.metrics, attr)
+            target = series.labels(**labels) if labels else series
+            if op == "inc":
+                target.inc(float(value))
+            else:
+                target.set(self._gauge(index, attr, labels, float(value)))
+
+    def _gauge(self, index: int, attr: str, labels: dict[str, str], value: float) -> float:
+        values = self._gauges.setdefault((attr, tuple(sorted(labels.items()))), [0.0] * len(self.workers))
+        values[index] = value
+        return sum(values)
+
+    def _forget_gauges(self, index: int) -> None:
+        """A child that exited holds nothing: its share of every gauge is zero."""
+        for (attr, labels), values in self._gauges.items():
+            values[index] = 0.0
+            series = getattr(self.metrics, attr)
+            (series.labels(**dict(labels)) if labels else series).set(sum(values))
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start the child and return once it runs, so the first transitions are not dropped."""
+        """Start the children and return once they run, so the first transitions are not dropped."""
         self.accepting = True
-        self._supervisor = asyncio.create_task(self._supervise(), name="notify-worker-supervisor")
+        for worker in self.workers:
+            worker.start()
         await self.running()
 
     async def running(self) -> None:
-        """Wait until a child is running (after a start or a restart)."""
+        """Wait until every child is running (after a start or a restart)."""
+        for worker in self.workers:
+            await worker.running()
+
+    async def down(self) -> None:
+        """Wait until no child is running (tests: after killing them)."""
+        for worker in self.workers:
+            await worker.down()
+
+    async def stop(self) -> None:
+        self.accepting = False
+        self._stopping = True
+        self._stop_requested.set()
+        await asyncio.gather(*(worker.stop() for worker in self.workers))
+
+    async def idle(self) -> None:
+        """Wait until every child has matched everything sent so far and finished every notification,
+        and their counters are in this process's registry (tests await this)."""
+        await asyncio.gather(*(worker.idle() for worker in self.workers))
+
+
+class WorkerProcess:
+    """One child: started, read, restarted when it dies, stopped with the others."""
+
+    def __init__(self, owner: RemoteDispatcher, index: int) -> None:
+        self.owner = owner
+        self.index = index
+        self.proc: asyncio.subprocess.Process | None = None
+        self.starts = 0
+        self._running = asyncio.Event()
+        self._down = asyncio.Event()
+        self._down.set()
+        self._supervisor: asyncio.Task[None] | None = None
+        self._idle_waits: dict[int, asyncio.Future[None]] = {}
+        self._idle_seq = 0
+
+    def send(self, data: bytes) -> bool:
+        """Hand a line to the child without waiting; False when it cannot take it now."""
+        proc = self.proc
+        stdin = proc.stdin if proc is not None else None
+        if stdin is None or stdin.is_closing() or proc is None or proc.returncode is not None:
+            return False
+        if stdin.transport.get_write_buffer_size() > self.owner.max_buffer:
+            return False
+        stdin.write(data)
+        return True
+
+    def start(self) -> None:
+        self._supervisor = asyncio.create_task(
+            self._supervise(), name=f"notify-worker-supervisor-{self.index}"
+        )
+
+    async def running(self) -> None:
         waiter = asyncio.ensure_future(self._running.wait())
         assert self._supervisor is not None
         done, _ = await asyncio.wait({waiter, self._supervisor}, return_when=asyncio.FIRST_COMPLETED)
@@ -146,19 +235,15 @@ class RemoteDispatcher:
             raise WorkerUnavailable("the notify worker supervisor stopped")
 
     async def down(self) -> None:
-        """Wait until no child is running (tests: after killing one)."""
         await self._down.wait()
 
     async def stop(self) -> None:
-        self.accepting = False
-        self._stopping = True
-        self._stop_requested.set()
-        proc = self._proc
+        proc = self.proc
         if proc is not None and proc.stdin is not None and not proc.stdin.is_closing():
             proc.stdin.close()  # EOF: the child drains and exits
         if proc is not None:
             try:
-                async with asyncio.timeout(self.drain_timeout + STOP_GRACE):
+                async with asyncio.timeout(self.owner.drain_timeout + STOP_GRACE):
                     await proc.wait()
             except TimeoutError:
                 log.error("notify worker did not stop in time; killing it", pid=proc.pid)
@@ -170,32 +255,28 @@ class RemoteDispatcher:
             self._supervisor = None
 
     async def idle(self) -> None:
-        """Wait until the child has matched everything sent so far and finished every notification,
-        and its counters are in this process's registry (tests await this)."""
-        proc = self._proc
-        if proc is None:
+        if self.proc is None:
             return
         self._idle_seq += 1
         seq = self._idle_seq
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._idle_waits[seq] = waiter
-        if not self._send(line({"idle": seq})):
+        if not self.send(line({"idle": seq})):
             del self._idle_waits[seq]
             return
         await waiter
 
-    # -- the child -----------------------------------------------------------------------------
-
     async def _supervise(self) -> None:
+        owner = self.owner
         failures = 0
-        while not self._stopping:
+        while not owner._stopping:
             started = time.monotonic()
             try:
                 proc = await self._spawn()
             except OSError:
                 log.error("notify worker failed to start", exc_info=True)
             else:
-                self._proc = proc
+                self.proc = proc
                 self.starts += 1
                 self._down.clear()
                 self._running.set()
@@ -204,29 +285,31 @@ class RemoteDispatcher:
                 finally:
                     returncode = await proc.wait()
                     self._running.clear()
-                    self._proc = None
+                    self.proc = None
+                    owner._forget_gauges(self.index)
                     self._down.set()
                     for waiter in self._idle_waits.values():
                         if not waiter.done():
                             waiter.set_result(None)
                     self._idle_waits.clear()
-                if self._stopping:
+                if owner._stopping:
                     if returncode != 0:
                         log.error("notify worker exited", returncode=returncode)
                     return
                 log.error("notify worker exited; starting it again", returncode=returncode, pid=proc.pid)
             if time.monotonic() - started >= HEALTHY_AFTER:
                 failures = 0
-            delay = self.restart_delays[min(failures, len(self.restart_delays) - 1)]
+            delay = owner.restart_delays[min(failures, len(owner.restart_delays) - 1)]
             failures += 1
             with contextlib.suppress(TimeoutError):  # a stop ends the wait at once
                 async with asyncio.timeout(delay):
-                    await self._stop_requested.wait()
+                    await owner._stop_requested.wait()
 
     async def _spawn(self) -> asyncio.subprocess.Process:
-        settings = self.services.settings.model_copy(update={"instance_id": self.services.instance_id})
+        owner = self.owner
+        settings = owner.services.settings.model_copy(update={"instance_id": owner.services.instance_id})
         proc = await asyncio.create_subprocess_exec(
-            *self.command,
+            *owner.command,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=None,  # the child's JSON log lines join this process's stderr
@@ -239,13 +322,13 @@ class RemoteDispatcher:
                 {
                     "hello": {
                         "settings": settings.model_dump(mode="json"),
-                        "retry_delays": self.retry_delays,
-                        "drain_timeout": self.drain_timeout,
+                        "retry_delays": owner.retry_delays,
+                        "drain_timeout": owner.drain_timeout,
                     }
                 }
             )
         )
-        log.info("notify worker started", pid=proc.pid)
+        log.info("notify worker started", pid=proc.pid, worker=self.index)
         return proc
 
     async def _read(self, proc: asyncio.subprocess.Process) -> None:
@@ -261,7 +344,7 @@ class RemoteDispatcher:
             try:
                 message = json.loads(raw)
                 if "m" in message:
-                    apply_metrics(self.metrics, message["m"])
+                    self.owner.apply_metrics(self.index, message["m"])
                 if "idle" in message:
                     waiter = self._idle_waits.pop(int(message["idle"]), None)
                     if waiter is not None and not waiter.done():

@@ -72,16 +72,3 @@ class MetricDeltas:
                     else:
                         changes.append([attr, "set", sample.labels, sample.value])
         return changes
-
-
-def apply_metrics(metrics: Metrics, changes: Iterable[Sequence[Any]]) -> None:
-    """Server side: move the server's series by what the worker reported (only the relayed ones)."""
-    for attr, op, labels, value in changes:
-        if attr not in RELAYED or op not in ("inc", "set"):
-            continue
-        series = getattr(metrics, attr)
-        target = series.labels(**labels) if labels else series
-        if op == "inc":
-            target.inc(float(value))
-        else:
-            target.set(float(value))

@@ -90,10 +90,12 @@ async def notify_env(
     ca: trustme.CA | None = None,
     clock: ManualClock | None = None,
     notify_process: bool = False,
+    notify_processes: int = 1,
     **settings: Any,
 ) -> AsyncIterator[Env]:
     """``notify_process``: the dispatcher runs in its own process (SWITCHBOARD_NOTIFY_PROCESS), started
-    through tests/support/notify_worker.py with the same resolver answers and CA; its clock is real."""
+    through tests/support/notify_worker.py with the same resolver answers and CA; its clock is real.
+    ``notify_processes``: how many (one unless a test says otherwise, whatever this machine's cores)."""
     ca = ca or trustme.CA()
     resolver = resolver or StaticResolver({"hooks.test": ["127.0.0.1"]})
     clock = clock or ManualClock(
@@ -114,6 +116,7 @@ async def notify_env(
                         database_url,
                         notify_hook_allow_cidrs=allow_cidrs,
                         notify_process=notify_process,
+                        notify_processes=notify_processes,
                         **settings,
                     ),
                     clock=clock,

@@ -13,15 +13,17 @@ import signal
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from standardwebhooks import Webhook
 
 from switchboard.notify.component import NotifyComponent
-from switchboard.notify.process import WORKER_COMMAND, RemoteDispatcher
+from switchboard.notify.process import WORKER_COMMAND, RemoteDispatcher, child_of
 from switchboard.notify.wire import line
 from switchboard.notify.worker import NICENESS
 from switchboard.services import build_services
+from switchboard.settings import MAX_AUTO_NOTIFY_PROCESSES
 from tests.integration.notify.conftest import Env, notify_env
 from tests.support.receivers import Respond
 from tests.support.server import TEST_CRED_KEY, make_settings
@@ -40,7 +42,7 @@ def remote(env: Env) -> RemoteDispatcher:
 
 
 def child_pid(env: Env) -> int:
-    proc = remote(env)._proc
+    proc = remote(env).workers[0].proc
     assert proc is not None and proc.returncode is None
     return proc.pid
 
@@ -86,7 +88,7 @@ async def test_a_killed_worker_loses_only_notifications_and_is_started_again(pen
     await a.ok("create_notify_hook", {"url": penv.hook_url()})
     r = remote(penv)
     r.restart_delays = (3.0,)  # long enough to deliver while no worker runs
-    proc = r._proc
+    proc = r.workers[0].proc
     assert proc is not None
     os.kill(proc.pid, signal.SIGKILL)
     await proc.wait()
@@ -109,7 +111,7 @@ async def test_a_killed_worker_loses_only_notifications_and_is_started_again(pen
 
 async def test_stopping_the_server_stops_the_worker(tmp_path: Path) -> None:
     async with notify_env(tmp_path, notify_process=True) as env:
-        proc = remote(env)._proc
+        proc = remote(env).workers[0].proc
         assert proc is not None and proc.returncode is None
     assert proc.returncode == 0  # it drained and exited on its own, not killed
 
@@ -150,7 +152,7 @@ async def test_a_stop_while_waiting_to_restart_does_not_wait_for_the_restart(tmp
     async with notify_env(tmp_path, notify_process=True) as env:
         r = remote(env)
         r.restart_delays = (3600.0,)
-        proc = r._proc
+        proc = r.workers[0].proc
         assert proc is not None
         proc.kill()
         await r.down()
@@ -164,3 +166,95 @@ async def test_the_worker_yields_the_cpu_to_the_server(penv: Env) -> None:
     await remote(penv).idle()  # it answered: it is past its start-up
     mine = os.getpriority(os.PRIO_PROCESS, 0)
     assert os.getpriority(os.PRIO_PROCESS, child_pid(penv)) == min(mine + NICENESS, 19)
+
+
+async def test_two_worker_processes_each_deliver_for_their_own_endpoints(tmp_path: Path) -> None:
+    async with notify_env(tmp_path, notify_process=True, notify_processes=2) as env:
+        r = remote(env)
+        assert len(r.workers) == 2
+        pids = [w.proc.pid for w in r.workers if w.proc is not None]
+        assert len(set(pids)) == 2
+        # endpoints until each child owns one (ids are random; 20 tries miss one child with p = 2**-19)
+        owned: dict[int, tuple[Any, str]] = {}
+        for i in range(20):
+            world, _ = await env.tenant(f"ep-{i}")
+            owned.setdefault(child_of(world.endpoint.id, 2), (world, world.endpoint.id))
+            if len(owned) == 2:
+                break
+        assert len(owned) == 2
+        secrets = {}
+        for world, endpoint_id in owned.values():
+            agent = env.agents[world.endpoint.slug]
+            secrets[endpoint_id] = (await agent.ok("create_notify_hook", {"url": env.hook_url()}))[
+                "signing_secret"
+            ]
+        delivered: dict[str, str] = {}
+        for world, endpoint_id in owned.values():
+            (todo_id,) = await env.deliver(world)
+            delivered[todo_id] = endpoint_id
+        for _ in delivered:
+            request = await env.receiver.next_request()
+            payload = json.loads(request.body)
+            Webhook(secrets[delivered[payload["todo_id"]]]).verify(request.body, dict(request.headers))
+        await env.settle()
+        assert (
+            env.metric("switchboard_notify_hook_notifications_total", type="todo.ready", outcome="delivered")
+            == 2
+        )
+
+        # child 0 dies: its endpoints' notifications are dropped and counted, child 1's still arrive
+        r.restart_delays = (3600.0,)
+        dead = r.workers[0].proc
+        assert dead is not None
+        dead.kill()
+        await r.workers[0].down()
+        (lost,) = await env.deliver(owned[0][0], title="while child 0 is down")
+        (kept,) = await env.deliver(owned[1][0], title="child 1 is fine")
+        request = await env.receiver.next_request()
+        assert kept.encode() in request.body
+        await env.services.hub.idle()
+        await r.workers[1].idle()
+        assert (
+            env.metric("switchboard_notify_hook_notifications_total", type="todo.ready", outcome="dropped")
+            == 1
+        )
+        assert r.workers[1].proc is not None and r.workers[1].proc.pid == pids[1]
+        assert lost not in {json.loads(q.body)["todo_id"] for q in env.receiver.requests}
+
+
+async def test_queue_depth_is_the_sum_of_the_children_and_a_dead_childs_share_is_zero(tmp_path: Path) -> None:
+    services = build_services(make_settings(tmp_path, notify_process=True))
+    r = RemoteDispatcher(services, retry_delays=[1.0], processes=3)
+
+    def depth() -> float:
+        return float(services.metrics.registry.get_sample_value("switchboard_notify_hook_queue_depth") or 0)
+
+    r.apply_metrics(0, [["notify_queue_depth", "set", {}, 3]])
+    r.apply_metrics(2, [["notify_queue_depth", "set", {}, 4]])
+    assert depth() == 7
+    r.apply_metrics(0, [["notify_queue_depth", "set", {}, 1]])
+    assert depth() == 5
+    r._forget_gauges(2)
+    assert depth() == 1
+    # counters add up whichever child reports them; unknown series are ignored
+    r.apply_metrics(1, [["notify_attempts", "inc", {"result": "2xx"}, 2], ["not_relayed", "inc", {}, 9]])
+    r.apply_metrics(0, [["notify_attempts", "inc", {"result": "2xx"}, 1]])
+    assert (
+        services.metrics.registry.get_sample_value(
+            "switchboard_notify_hook_attempts_total", {"result": "2xx"}
+        )
+        == 3
+    )
+    await services.close()
+
+
+def test_by_default_one_worker_process_per_core_at_most_four(tmp_path: Path) -> None:
+    default = make_settings(tmp_path, notify_process=None)
+    assert default.notify_worker_processes() == max(1, min(os.cpu_count() or 1, MAX_AUTO_NOTIFY_PROCESSES))
+    assert make_settings(tmp_path, notify_processes=3).notify_worker_processes() == 3
+    dispatcher = NotifyComponent(
+        build_services(make_settings(tmp_path, notify_process=True, notify_processes=2))
+    ).dispatcher
+    assert isinstance(dispatcher, RemoteDispatcher) and len(dispatcher.workers) == 2
+    with pytest.raises(ValueError):
+        make_settings(tmp_path, notify_processes=0)
