@@ -275,31 +275,46 @@ class _KeptConnection(httpcore.AsyncConnectionInterface):
     """
 
     def __init__(
-        self, inner: httpcore.AsyncConnectionInterface, expiry: float, clock: Callable[[], float]
+        self,
+        inner: httpcore.AsyncConnectionInterface,
+        expiry: float,
+        clock: Callable[[], float],
+        idle: _IdleConnections,
     ) -> None:
         self._inner = inner
         self._expiry = expiry
         self._clock = clock
+        self._idle = idle
         self._requests = 0
         self._idle_since: float | None = None
         self._stream: _PinnedStream | None = None
         self._closed_by_peer = False
+        # Taken by a request from its first line, before httpcore's connection marks itself busy (after
+        # two lock acquisitions): the pool hands an idle connection to every request queued in the same
+        # pass, and all but one would come back for another, each through those locks again.
+        self._taken = False
 
     async def handle_async_request(self, request: httpcore.Request) -> httpcore.Response:
+        if self._taken:
+            raise httpcore.ConnectionNotAvailable()  # the pool handed it to another request as well
         if self._stream is not None and self._inner.is_idle() and self._stream.closed_by_peer():
             self._closed_by_peer = True
             raise httpcore.ConnectionNotAvailable()
+        self._taken = True
         self._idle_since = None
+        self._idle.leave(self)
         self._requests += 1
         progress = _progress()
         progress.reused = self._requests > 1
         try:
             return await self._inner.handle_async_request(request)
         finally:
+            self._taken = False  # from here httpcore's own state says whether it is free
             if self._requests == 1:
                 self._stream = progress.stream  # dialled by this first request
 
     async def aclose(self) -> None:
+        self._idle.leave(self)
         await self._inner.aclose()
 
     def info(self) -> str:
@@ -309,30 +324,60 @@ class _KeptConnection(httpcore.AsyncConnectionInterface):
         return self._inner.can_handle_request(origin)
 
     def is_available(self) -> bool:
-        return not self._closed_by_peer and self._inner.is_available()
+        return not self._taken and not self._closed_by_peer and self._inner.is_available()
 
     def has_expired(self) -> bool:
         # httpcore: the connect failed (the stream's is_readable is always False, see above).
         if self._closed_by_peer or self._inner.has_expired():
+            self._idle.leave(self)
             return True
-        if not self._inner.is_idle():
+        if not self.is_idle():
             return False
         now = self._clock()
         if self._idle_since is None:
+            if not self._idle.join(self):
+                return True  # as many idle connections as the pool keeps already
             self._idle_since = now
-        return now - self._idle_since >= self._expiry
+        if now - self._idle_since >= self._expiry:
+            self._idle.leave(self)
+            return True
+        return False
 
     def is_idle(self) -> bool:
-        return self._inner.is_idle()
+        return not self._taken and self._inner.is_idle()
 
     def is_closed(self) -> bool:
         return self._inner.is_closed()
 
 
+class _IdleConnections:
+    """A pool's kept idle connections, at most ``limit``: a connection that turns idle while
+    ``limit`` others are kept is closed.
+
+    httpcore's own limit closes an idle connection whenever the pool holds more connections
+    than the limit, busy ones counted: with more attempts in flight to one target than the
+    limit, nearly every connection that turned idle was closed and the next attempt dialled
+    anew (a TLS handshake per request). Here only idle connections count."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._kept: set[_KeptConnection] = set()
+
+    def join(self, connection: _KeptConnection) -> bool:
+        """Keep ``connection`` idle if there is room; False when it should be closed."""
+        if len(self._kept) >= self.limit:
+            return False
+        self._kept.add(connection)
+        return True
+
+    def leave(self, connection: _KeptConnection) -> None:
+        self._kept.discard(connection)
+
+
 class _TargetPool(httpcore.AsyncConnectionPool):
     """The kept connections of one validated target: its backend dials only that target's
     addresses. No limit on concurrent connections (an attempt never queues behind
-    another), at most ``max_keepalive`` kept idle."""
+    another), at most ``max_keepalive`` kept idle (:class:`_IdleConnections`)."""
 
     def __init__(
         self,
@@ -346,7 +391,7 @@ class _TargetPool(httpcore.AsyncConnectionPool):
         super().__init__(
             ssl_context=ssl_context,
             max_connections=None,
-            max_keepalive_connections=max_keepalive,
+            max_keepalive_connections=None,  # _IdleConnections keeps the bound (it counts idle ones only)
             keepalive_expiry=None,  # _KeptConnection expires them, on the Sender's clock
             retries=0,
             http1=True,
@@ -355,9 +400,10 @@ class _TargetPool(httpcore.AsyncConnectionPool):
         )
         self._expiry = expiry
         self._clock = clock
+        self._idle = _IdleConnections(max_keepalive)
 
     def create_connection(self, origin: httpcore.Origin) -> httpcore.AsyncConnectionInterface:
-        return _KeptConnection(super().create_connection(origin), self._expiry, self._clock)
+        return _KeptConnection(super().create_connection(origin), self._expiry, self._clock, self._idle)
 
 
 _Key = tuple[str, str, int, tuple[str, ...]]

@@ -118,6 +118,40 @@ async def test_concurrent_attempts_each_get_a_connection_and_a_few_are_kept(
     assert rx.connections == 6 and rx.closed == 4
 
 
+async def test_busy_connections_do_not_count_against_the_idle_limit(
+    rx: PeerReceiver, make_sender: Callable[..., Sender]
+) -> None:
+    """httpcore's own limit closes a connection as it turns idle whenever the pool holds more than the
+    limit, busy ones counted: with more attempts in flight than that, each request dialled anew."""
+    sender = make_sender(max_keepalive_per_target=2)
+    rx.behaviour = HangBeforeHeaders()
+    busy = [asyncio.create_task(send(sender, rx)) for _ in range(3)]
+    for _ in busy:
+        await rx.next_request()
+    rx.behaviour = Respond()
+    try:
+        assert [await send(sender, rx) for _ in range(4)] == [204] * 4
+        assert rx.connections == 4  # three held by the hanging attempts, one carried all four requests
+    finally:
+        for task in busy:
+            task.cancel()
+        await asyncio.gather(*busy, return_exceptions=True)
+
+
+async def test_more_attempts_in_flight_than_the_idle_limit_keep_their_connections(
+    rx: PeerReceiver, make_sender: Callable[..., Sender]
+) -> None:
+    """Eight senders in a loop against an idle limit of four: the connections are reused, not dialled
+    again for each request."""
+    sender = make_sender(max_keepalive_per_target=4)
+
+    async def loop() -> list[int]:
+        return [await send(sender, rx) for _ in range(5)]
+
+    assert await asyncio.gather(*(loop() for _ in range(8))) == [[204] * 5] * 8
+    assert len(rx.requests) == 40 and rx.connections <= 12
+
+
 # --- what must not be reused -----------------------------------------------------------------------
 
 
