@@ -4,11 +4,19 @@ enabled hook disables it in the same statement, once)."""
 
 from __future__ import annotations
 
+import asyncio
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from switchboard.clock import ms
-from switchboard.notify.store import DISABLE_AFTER, FOLD_STATEMENT_SIZES, FOLDS_PER_STATEMENT, HealthFold
+from switchboard.notify.store import (
+    DISABLE_AFTER,
+    FOLD_STATEMENT_SIZES,
+    FOLDS_PER_STATEMENT,
+    HealthFold,
+    SendableHook,
+)
 from tests.unit.notify.conftest import NotifyDB, queries, selects_on_hooks, updates_on_hooks
 
 
@@ -247,3 +255,37 @@ async def test_flush_sizes_share_a_few_statements_and_their_spare_rows_touch_not
     assert [(await ndb.row(i)).consecutive_failures for i in ids] == [5, 4, 3, 2, 1]
     row = await ndb.row(bystander)
     assert row.consecutive_failures == 0 and row.last_attempt_at is None and row.enabled
+
+
+async def test_reads_asked_for_together_are_one_statement_and_a_bad_row_fails_only_its_hook(
+    ndb: NotifyDB,
+) -> None:
+    """The dispatcher's batched read before attempts (``_Reads``): same answers as ``sendable``."""
+    from switchboard.notify.dispatcher import _Reads
+
+    endpoint = await ndb.endpoint("ep-a")
+    good, disabled, broken = [await ndb.hook(endpoint) for _ in range(3)]
+    await ndb.set_hook(good.id, consecutive_failures=3)
+    await ndb.hooks.set_enabled_by_owner(endpoint.id, disabled.id, False)
+    await ndb.set_hook(broken.id, secret_enc=b"not an envelope")
+    reads = _Reads(ndb.hooks)
+    with ndb.statements() as seen:
+        answers = await asyncio.gather(
+            reads.sendable(good.id),
+            reads.sendable(disabled.id),
+            reads.sendable(broken.id),
+            reads.sendable("nh_gone"),
+            reads.sendable(good.id),
+            return_exceptions=True,
+        )
+    assert len(selects_on_hooks(seen)) == 1
+    first, off, bad, gone, again = answers
+    assert isinstance(first, SendableHook) and first == await ndb.hooks.sendable(good.id) == again
+    assert first.consecutive_failures == 3
+    assert off is None and gone is None
+    assert isinstance(bad, Exception) and not isinstance(bad, SendableHook)
+    # asked for after that read: a read of its own, which sees the change
+    await ndb.hooks.set_enabled_by_owner(endpoint.id, good.id, False)
+    with ndb.statements() as seen:
+        assert await reads.sendable(good.id) is None
+    assert len(selects_on_hooks(seen)) == 1
