@@ -9,9 +9,9 @@ import socket
 from dataclasses import dataclass, field
 
 import h11
-import httpcore
 import pytest
 
+from switchboard.push import _transport
 from tests.support.receivers import HTTPSReceiver, RecordedRequest
 
 HOST = "hooks.test"
@@ -94,23 +94,23 @@ class PeerReceiver(HTTPSReceiver):
 
 
 class DialCounter:
-    """Counts the TCP connects the Sender's pinned backend makes (``attach`` patches httpcore's
-    AnyIO backend, the only thing the backend dials through)."""
+    """Counts the TCP connects the Sender's pinned backend makes (``attach`` patches its asyncio
+    backend, the only thing the pinned backend dials through)."""
 
     def __init__(self) -> None:
         self.dials: list[tuple[str, int]] = []
 
     def attach(self, monkeypatch: pytest.MonkeyPatch) -> DialCounter:
-        original = httpcore.AnyIOBackend.connect_tcp
+        original = _transport._AsyncioBackend.connect_tcp
         counter = self
 
         async def counting(
-            self: httpcore.AnyIOBackend, host: str, port: int, *args: object, **kw: object
+            self: _transport._AsyncioBackend, host: str, port: int, *args: object, **kw: object
         ) -> object:
             counter.dials.append((host, port))
             return await original(self, host, port, *args, **kw)  # type: ignore[arg-type]
 
-        monkeypatch.setattr(httpcore.AnyIOBackend, "connect_tcp", counting)
+        monkeypatch.setattr(_transport._AsyncioBackend, "connect_tcp", counting)
         return self
 
 
