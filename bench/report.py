@@ -439,8 +439,9 @@ def _s2(r: dict[str, Any]) -> list[str]:
         "",
         f"{r['endpoints']} endpoints, one hook each, all on one HTTPS receiver process. Bursts of {r['burst']:,} POSTs, "
         f"{r['rounds']} rounds of Switchboard then the peers in turn; rate = requests received / (last arrival - "
-        f"first arrival) at the receiver, mean of the rounds. Switchboard runs its default {r.get('workers', '?')} "
-        f"dispatcher workers; each peer runs at {' and at '.join(str(c) for c in conc)} concurrent senders and is "
+        f"first arrival) at the receiver, mean of the rounds. Switchboard runs its default: "
+        f"{r.get('worker_processes', 1)} notify worker process{'es' if r.get('worker_processes', 1) != 1 else ''} "
+        f"(one per core), each with {r.get('workers', '?')} dispatcher workers; each peer runs at {' and at '.join(str(c) for c in conc)} concurrent senders and is "
         "credited with the better of the two (httpx's default pool keeps 20 idle connections alive, so more "
         f"concurrent senders than that open some fresh TLS connections). Per-hook rate limit raised to "
         f"{r['rate_per_minute']:,}/min for this scenario. Body sizes: Switchboard {r['body_bytes'].get('switchboard')} B, "
@@ -657,7 +658,8 @@ def _s5(r: dict[str, Any]) -> list[str]:
     if "by_component" not in r:
         return ["### 5. Profile", "", f"No profile: {r.get('error')}", ""]
     where = (
-        "the notify worker process (where delivery runs; the server process's profile follows)"
+        "one notify worker process (where delivery runs, each process for its share of the endpoints; "
+        "the server process's profile follows)"
         if r.get("process") == "notify worker"
         else "the server process"
     )

@@ -277,6 +277,7 @@ async def run(b: Bench) -> dict[str, Any]:
         "rounds": rounds,
         "peer_concurrency": list(PEER_CONCURRENCIES),
         "workers": PEER_CONCURRENCY,
+        "worker_processes": Settings().notify_worker_processes(),  # the servers' default, on this machine
         "rate_per_minute": RATE_PER_MINUTE,
     }
     try:

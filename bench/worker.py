@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import ssl
 import sys
@@ -19,9 +20,19 @@ from switchboard.notify.worker import run
 from switchboard.obs import configure_logging
 
 
+def _first_to_claim(path: str) -> bool:
+    try:
+        os.close(os.open(path + ".claimed", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
 def main(argv: list[str]) -> int:
     ca_pem, patches, profile_path = argv[0], json.loads(argv[1]), argv[2] if len(argv) > 2 else ""
-    if profile_path:  # scenario 5: the server forwards SIGUSR1/SIGUSR2 here
+    if profile_path and _first_to_claim(profile_path):
+        # scenario 5: the server forwards SIGUSR1/SIGUSR2 to every worker process; one of them (they
+        # share the work alike, each for its share of the endpoints) is profiled
         profiling = _Profiling(profile_path)
         signal.signal(signal.SIGUSR1, profiling.start)
         signal.signal(signal.SIGUSR2, profiling.stop)
