@@ -464,7 +464,11 @@ class _IdleConnections:
     def join(self, connection: _KeptConnection) -> bool:
         """Keep ``connection`` idle if there is room; False when it should be closed."""
         if len(self._kept) >= self.limit:
-            return False
+            # a kept connection leaves when taken, expired or closed by us; one httpcore closed
+            # itself while idle would otherwise hold its place
+            self._kept = {c for c in self._kept if not c.is_closed()}
+            if len(self._kept) >= self.limit:
+                return False
         self._kept.add(connection)
         return True
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Row, delete, insert, or_, select, update
+from sqlalchemy import Row, String, bindparam, delete, insert, or_, select, update
 
 from switchboard.clock import Clock, ms
 from switchboard.cred import Envelope
@@ -17,6 +17,18 @@ from switchboard.store.schema import endpoints, routes, sources
 
 KINDS = ("gitea", "github", "standard", "generic")
 TRUSTS = ("signature", "token", "none")
+
+# Built once: ingest runs both for every delivery (a statement built per call cost more CPU than its
+# execution). ``kind = NULL`` is never true, so a delivery without a kind matches catch-all routes only.
+_BY_SLUG = select(sources).where(sources.c.slug == bindparam("p_slug", type_=String))
+_TARGETS = (
+    select(routes.c.id, routes.c.queue, routes.c.endpoint_id, routes.c.kind)
+    .where(
+        routes.c.source_id == bindparam("p_source_id", type_=String),
+        or_(routes.c.kind.is_(None), routes.c.kind == bindparam("p_kind", type_=String)),
+    )
+    .order_by(routes.c.created_at)
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +93,7 @@ class SourceStore:
     async def by_slug(self, slug: str) -> tuple[Source, str] | None:
         """The source and its opened secret, for verifying one delivery."""
         async with self.db.read() as conn:
-            row = (await conn.execute(select(sources).where(sources.c.slug == slug))).first()
+            row = (await conn.execute(_BY_SLUG, {"p_slug": slug})).first()
         if row is None:
             return None
         source = Source.from_row(row)
@@ -143,16 +155,8 @@ class SourceStore:
 
     async def targets(self, source_id: str, kind: str | None) -> list[RouteTarget]:
         """Routes matching a delivery: those for its kind, and those with no kind filter."""
-        cond = (
-            routes.c.kind.is_(None) if kind is None else or_(routes.c.kind.is_(None), routes.c.kind == kind)
-        )
-        stmt = (
-            select(routes.c.id, routes.c.queue, routes.c.endpoint_id, routes.c.kind)
-            .where(routes.c.source_id == source_id, cond)
-            .order_by(routes.c.created_at)
-        )
         async with self.db.read() as conn:
-            rows = (await conn.execute(stmt)).all()
+            rows = (await conn.execute(_TARGETS, {"p_source_id": source_id, "p_kind": kind})).all()
         seen: set[tuple[str, str]] = set()
         out: list[RouteTarget] = []
         for r in rows:

@@ -129,11 +129,10 @@ class TodoStore:
             for item in items:
                 values = _insert_values(item, ms(now))
                 if values["dedup_key"] is None:
-                    await conn.execute(insert(todos).values(**values))
+                    await conn.execute(_INSERT, values)
                     inserted = True
                 else:
-                    stmt = self._insert_ignore(values)
-                    result = await conn.execute(stmt)
+                    result = await conn.execute(self._insert_ignore(), values)
                     inserted = result.rowcount == 1
                 if not inserted:
                     dedup += 1
@@ -159,19 +158,10 @@ class TodoStore:
         self.hub.publish(created)
         return CreateResult([t.todo_id for t in created], dedup)
 
-    def _insert_ignore(self, values: dict[str, Any]) -> Any:
-        where = LIVE_DEDUP_PREDICATE
-        if self.db.is_sqlite:
-            return (
-                sqlite_insert(todos)
-                .values(**values)
-                .on_conflict_do_nothing(index_elements=[todos.c.dedup_key], index_where=where)
-            )
-        return (
-            pg_insert(todos)
-            .values(**values)
-            .on_conflict_do_nothing(index_elements=[todos.c.dedup_key], index_where=where)
-        )
+    def _insert_ignore(self) -> Any:
+        """The insert that a live todo with the same dedup key absorbs, built once per dialect (the
+        row's values are bound at execution): ingest runs it for every routed todo."""
+        return _INSERT_IGNORE_SQLITE if self.db.is_sqlite else _INSERT_IGNORE_PG
 
     # -- claim, heartbeat, ack, fail, cancel ---------------------------------------------------------
 
@@ -409,6 +399,15 @@ def _claimed(now: float, lease_seconds: float) -> dict[str, Any]:
         "retry_at": None,
         "updated_at": ms(now),
     }
+
+
+_INSERT = insert(todos)
+_INSERT_IGNORE_SQLITE = sqlite_insert(todos).on_conflict_do_nothing(
+    index_elements=[todos.c.dedup_key], index_where=LIVE_DEDUP_PREDICATE
+)
+_INSERT_IGNORE_PG = pg_insert(todos).on_conflict_do_nothing(
+    index_elements=[todos.c.dedup_key], index_where=LIVE_DEDUP_PREDICATE
+)
 
 
 def _insert_values(item: NewTodo, now_ms: int) -> dict[str, Any]:
