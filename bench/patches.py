@@ -8,8 +8,9 @@ keep the guarantees the real change would have to keep; none is used by ``python
   instead of ``BEGIN IMMEDIATE``; write transactions (``Database.begin()``) keep ``BEGIN IMMEDIATE``.
   Today every read takes SQLite's write lock, so reads queue behind writes and each other in the busy
   handler's sleep-and-retry loop.
-* ``no_keepalive`` and ``no_inbound_priority`` undo two shipped changes, so what each buys is
-  measured side by side with the shipped code. (The earlier what-ifs ``keepalive``, ``match_cache`` and
+* ``no_keepalive``, ``no_inbound_priority``, ``one_worker_process``, ``one_read_per_attempt`` and
+  ``anyio_backend`` undo shipped changes, so what each buys is measured side by side with the shipped
+  code. ``worker_sched_idle`` tries ``SCHED_IDLE`` for the worker processes instead of niceness +10. (The earlier what-ifs ``keepalive``, ``match_cache`` and
   ``lazy_health`` were removed once keep-alive, batch matching and folded health writes shipped.)
 """
 
@@ -115,3 +116,38 @@ def worker_sched_idle() -> None:
 
     if _in_worker():
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+
+
+@patch
+def one_worker_process() -> None:
+    """Undo a shipped change: one notify worker process, as before ``SWITCHBOARD_NOTIFY_PROCESSES``."""
+    from switchboard.settings import Settings
+
+    Settings.notify_worker_processes = lambda self: 1  # type: ignore[method-assign]
+
+
+@patch
+def one_read_per_attempt() -> None:
+    """Undo a shipped change: each attempt reads its hook with a statement of its own."""
+    from switchboard.notify.dispatcher import _Reads
+
+    async def sendable(self: Any, hook_id: str) -> Any:
+        return await self._hooks.sendable(hook_id)
+
+    _Reads.sendable = sendable  # type: ignore[method-assign]
+
+
+@patch
+def anyio_backend() -> None:
+    """Undo a shipped change: the pinned backend dials through httpcore's AnyIO backend."""
+    import httpcore
+
+    from switchboard.push import _transport
+
+    init = _transport._PinnedBackend.__init__
+
+    def patched(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        self._inner = httpcore.AnyIOBackend()
+
+    _transport._PinnedBackend.__init__ = patched  # type: ignore[method-assign]

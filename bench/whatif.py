@@ -29,10 +29,13 @@ from bench.procs import ClientProc, ReceiverProc
 # Shipped changes undone one at a time, so what each buys shows beside the shipped code in one run.
 CONFIGS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("as shipped", ()),
+    ("one worker process", ("one_worker_process",)),
+    ("one read per attempt", ("one_read_per_attempt",)),
+    ("httpcore's AnyIO backend", ("anyio_backend",)),
     ("without keep-alive", ("no_keepalive",)),
-    ("without inbound priority", ("no_inbound_priority",)),
 )
-ALL_PATCHES = CONFIGS[-1][1]
+#: What the isolation runs compare with the shipped code.
+ISOLATION_CONFIG: tuple[str, tuple[str, ...]] = ("one worker process", ("one_worker_process",))
 BURST = 2000
 LOW_SECONDS = 10.0
 ISOLATION_SECONDS = 15.0
@@ -80,7 +83,7 @@ async def _isolation(b: Bench) -> list[dict[str, Any]]:
     closed = [closed_port() for _ in range(s1_ingest.HOOKS_PER_ENDPOINT)]
     out: list[dict[str, Any]] = []
     try:
-        for label, patches in (("as shipped", ()), (CONFIGS[-1][0], ALL_PATCHES)):
+        for label, patches in (("as shipped", ()), ISOLATION_CONFIG):
             row: dict[str, Any] = {"label": label}
             for variant in ("none", "hang", "closed"):
                 b.progress.phase(f"what-if isolation, {label}: {variant}", ISOLATION_SECONDS + 8)
