@@ -333,25 +333,32 @@ def _render(meta: dict[str, Any], results: dict[str, Any]) -> list[str]:
 
 
 def _s1(r: dict[str, Any]) -> list[str]:
+    sliced = "slices" in r
+    how = (
+        f"{r['repeats']} repeat{'s' if r['repeats'] != 1 else ''}, each on three fresh servers (one per variant) "
+        f"running side by side and taking turns: {r['slices']} slices of {r['slice_seconds']:.0f} s per variant, "
+        "in rotating order, the other two servers paused (SIGSTOP, server and workers) meanwhile, so the "
+        "background load of this shared machine falls on the variants alike; after a "
+        f"{r['warmup_seconds']:.0f} s warm-up each. {r['measure_seconds']:.0f} s measured per variant and repeat."
+        if sliced
+        else f"{r['warmup_seconds']:.0f} s warm-up then {r['measure_seconds']:.0f} s measured, "
+        f"{r['repeats']} interleaved repeats per variant, each on a fresh server and database."
+    )
     out = [
         "### 1. Ingest isolation",
         "",
         f"{r['endpoints']} endpoints, one signature-trust Gitea source each; {r['rate']:.0f} signed deliveries/s offered "
-        f"(one todo each), {r['warmup_seconds']:.0f} s warm-up then {r['measure_seconds']:.0f} s measured, "
-        f"{r['repeats']} interleaved repeats per variant (orders: "
-        + "; ".join(", ".join(o) for o in r["orders"])
-        + f"), each on a fresh server and database. Hooks: {r['hooks_per_endpoint']} per endpoint (the default ceiling). "
-        "Latency runs from the scheduled send to the full response; percentiles pool every repeat.",
+        f"(one todo each). {how} Hooks: {r['hooks_per_endpoint']} per endpoint (the default ceiling). "
+        "Latency runs from the scheduled send to the full response; percentiles pool every slice and repeat.",
         "",
     ]
     alt = r.get("alternate")
     if alt:
-        rounds = alt.get("repeats", r["repeats"])
         out[-2] += (
             f" The targets are computed on the server's default, the {r['mode']} "
-            f"(`SWITCHBOARD_NOTIFY_PROCESS` unset). In the first {rounds} round{'s' if rounds != 1 else ''}, "
-            f"each run is followed by the same run with the {alt['mode']} "
-            "(`SWITCHBOARD_NOTIFY_PROCESS=false`), for comparison."
+            f"(`SWITCHBOARD_NOTIFY_PROCESS` unset). For comparison, the same with the {alt['mode']} "
+            f"(`SWITCHBOARD_NOTIFY_PROCESS=false`), one repeat"
+            + (f" of {alt['slices']} slices per variant." if "slices" in alt else ".")
         )
         out += [f"**{r['mode'].capitalize()}** (the default):", ""]
     out += _s1_table(r["variants"])
@@ -376,7 +383,7 @@ def _s1(r: dict[str, Any]) -> list[str]:
                         fmt(d["hub_overflow"], 0),
                     ]
                 )
-    out += ["What the dispatcher did meanwhile (server metrics at the end of each measured window):", ""]
+    out += ["What the dispatcher did meanwhile (server metrics at the end of each repeat):", ""]
     out += _table(
         [
             "run",
@@ -420,9 +427,9 @@ def _s1_table(variants: dict[str, Any]) -> list[str]:
             "p50 ms",
             "p99 ms",
             "max ms",
-            "p99 per run",
+            "p99 per repeat",
             "accepted/s",
-            "server CPU (cores) per run",
+            "server + workers CPU (cores, while active) per repeat",
             "p50 ratio",
             "p99 ratio",
             "rate ratio",

@@ -1,51 +1,55 @@
 """Scenario 1: ingest isolation (SPEC-0024 REQ-7: hook delivery never slows ingest).
 
 Signed Gitea deliveries at a fixed offered rate, one todo each, spread over ``ENDPOINTS`` endpoints (one
-source each). Three variants, each on a fresh server and database, interleaved and repeated so drift on a
-shared machine hits them alike:
+source each). Three variants, each on its own server and database:
 
 * ``none``: no hooks;
 * ``hang``: every endpoint holds 5 hooks (the ceiling) whose receivers accept TCP and never answer;
 * ``closed``: every endpoint holds 5 hooks on closed loopback ports (connection refused).
 
+The three servers run side by side and take turns: the load goes to one for a slice of a few seconds
+while the other two are paused (SIGSTOP, server and worker processes), then to the next, in a rotating
+order. On a machine shared with other engineers' test suites, the background load then falls on the
+three variants alike, a few seconds apart, instead of on whichever ran in a noisy minute; a paused server
+does no work, so nothing one variant does runs in another's slice. (Timers of a paused server come due
+while it is paused and fire when it resumes, inside its own slice: that counts against the hooks.)
+
 Reported per variant: inbound latency (from the scheduled send time to the full response, so a slow
-server cannot hide behind a stalled client) p50/p99/max pooled over the repeats, the achieved rate, the
-server's CPU, and what the dispatcher did meanwhile (from /metrics). Ratios are against ``none``.
+server cannot hide behind a stalled client) p50/p99/max pooled over the slices and repeats, the achieved
+rate, the CPU of the server and its workers while active, and what the dispatcher did (from /metrics).
+Ratios are against ``none``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
 from bench.common import CpuMeter, closed_port, metric, ratio, summarize_ms
 from bench.context import Bench, running, wait_until
-from bench.procs import ReceiverProc
+from bench.procs import ReceiverProc, ServerProc
 from bench.world import build_world
 
 ENDPOINTS = 30
 HOOKS_PER_ENDPOINT = 5
 RATE = 60.0  # deliveries per second offered: well under one core of ingest on this machine
 WARMUP_SECONDS = 2.0
-MEASURE_SECONDS = 15.0
-# Each variant once per round, in a different position every round, so drift on the shared machine (other
-# engineers' test suites) lands on every variant alike. p99 of ~900 requests per run rests on its 9
-# slowest: four rounds pool 3,600 per variant, and one noisy minute moves the pooled p99 much less.
-ORDERS = (
-    ("none", "hang", "closed"),
-    ("closed", "hang", "none"),
-    ("hang", "closed", "none"),
-    ("none", "closed", "hang"),
-)
+MEASURE_SECONDS = 15.0  # one_run's window (scenario 5's profile, bench.whatif)
+VARIANTS = ("none", "hang", "closed")
+SLICE_SECONDS = 3.0
+SLICES = 8  # per variant and repeat: 24 s measured per variant per repeat
+REPEATS = 2  # each on three fresh servers
+ALTERNATE_SLICES = 4  # the in-process comparison: one repeat
 
-# The shipped default first (the targets are computed on it), then the other mode, side by side, in the
-# first round only: it is the comparison that shows why the default is what it is, not a target.
+# The shipped default first (the targets are computed on it), then the other mode, for comparison only.
 MODES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("notify worker process", {}),
     ("dispatcher in the server process", {"notify_process": False}),
 )
-ALTERNATE_ROUNDS = 1
 
 ESTIMATE = 420.0
 
@@ -137,47 +141,171 @@ async def one_run(
     }
 
 
+def _pause(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+
+
+def _resume(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+async def sliced_repeat(
+    b: Bench,
+    tag: str,
+    ports: dict[str, list[int]],
+    slices: int,
+    slice_seconds: float,
+    overrides: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """One repeat: the three variants on three fresh servers, taking turns slice by slice."""
+    count = int(RATE * slice_seconds)
+    async with contextlib.AsyncExitStack() as stack:
+        servers: dict[str, tuple[ServerProc, list[dict[str, str]], int]] = {}
+        for variant in VARIANTS:
+            name = f"s1-{variant}-{tag}"
+            server = b.server(name, b.settings(name, **(overrides or {})))
+            world = await build_world(
+                server.settings, endpoints=ENDPOINTS, hook_urls=_hook_urls(variant, ports[variant])
+            )
+            await stack.enter_async_context(running(server, kill=True))
+            servers[variant] = (server, [s.target() for s in world.own_sources], world.hooks)
+        paused: dict[str, list[int]] = {}
+        stack.callback(lambda: [_resume(p) for p in paused.values()])  # never leave one stopped
+        for variant, (server, targets, _) in servers.items():
+            await b.client.run(
+                "ingest",
+                {"port": server.port, "targets": targets, "rate": RATE, "count": int(RATE * WARMUP_SECONDS)},
+            )
+            paused[variant] = server.pids()
+            _pause(paused[variant])
+        acc: dict[str, dict[str, Any]] = {
+            v: {"latency": [], "ok": 0, "offered": 0, "elapsed": 0.0, "late": 0, "cpu": {}, "statuses": {}}
+            for v in VARIANTS
+        }
+        errors: dict[str, list[Any]] = {v: [] for v in VARIANTS}
+        for i in range(slices):
+            for variant in VARIANTS[i % 3 :] + VARIANTS[: i % 3]:
+                server, targets, _ = servers[variant]
+                _resume(paused.pop(variant))
+                pids = server.pids()
+                meter = CpuMeter({"server": pids, "worker": pids[1:], "client": b.client.pid})
+                meter.start()
+                started = time.monotonic()
+                result = await b.client.run(
+                    "ingest",
+                    {
+                        "port": server.port,
+                        "targets": targets,
+                        "rate": RATE,
+                        "count": count,
+                        "concurrency": 64,
+                        "max_seconds": slice_seconds + 30,
+                    },
+                )
+                active = time.monotonic() - started
+                cpu = meter.stop()
+                paused[variant] = server.pids()
+                _pause(paused[variant])
+                a = acc[variant]
+                a["latency"] += result["latency_from_schedule"]
+                a["ok"] += sum(n for st, n in result["statuses"].items() if 200 <= int(st) < 300)
+                a["offered"] += result["offered"]
+                a["elapsed"] += result["elapsed"]
+                a["late"] += result["late_sends"]
+                for st, n in result["statuses"].items():
+                    a["statuses"][st] = a["statuses"].get(st, 0) + n
+                for name, cores in cpu.items():
+                    a["cpu"][name] = a["cpu"].get(name, 0.0) + cores * active
+                a["active"] = a.get("active", 0.0) + active
+                if result["errors"]:
+                    errors[variant].append(result["errors"])
+        out: list[dict[str, Any]] = []
+        for variant in VARIANTS:
+            server, _, hooks = servers[variant]
+            _resume(paused.pop(variant))
+            m = await server.metrics()
+            a = acc[variant]
+            out.append(
+                {
+                    "variant": variant,
+                    "profile_path": None,
+                    "hooks": hooks,
+                    "latency": a["latency"],
+                    "summary": summarize_ms(a["latency"]),
+                    "throughput": a["ok"] / a["elapsed"] if a["elapsed"] else 0.0,
+                    "offered": a["offered"],
+                    "ok": a["ok"],
+                    "errors": errors[variant],
+                    "statuses": a["statuses"],
+                    "late_sends": a["late"],
+                    "cpu": {k: round(v / a["active"], 2) for k, v in a["cpu"].items()},
+                    "dispatcher": _dispatcher(m),
+                }
+            )
+        return out
+
+
+def _dispatcher(m: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> dict[str, Any]:
+    return {
+        "attempts": {
+            r: metric(m, "switchboard_notify_hook_attempts_total", result=r)
+            for r in ("2xx", "timeout", "network", "tls", "rejected_ssrf")
+        },
+        "dropped": metric(m, "switchboard_notify_hook_notifications_total", outcome="dropped"),
+        "failed": metric(m, "switchboard_notify_hook_notifications_total", outcome="failed"),
+        "disabled": metric(m, "switchboard_notify_hooks_disabled_total"),
+        "hub_overflow": metric(m, "switchboard_transition_subscriber_errors_total", error="overflow"),
+        "queue_depth": metric(m, "switchboard_notify_hook_queue_depth"),
+    }
+
+
 async def run(b: Bench) -> dict[str, Any]:
-    measure = 5.0 if b.quick else MEASURE_SECONDS
-    orders = ORDERS[:1] if b.quick else ORDERS
+    slices = 2 if b.quick else SLICES
+    repeats = 1 if b.quick else REPEATS
+    alt_slices = 2 if b.quick else ALTERNATE_SLICES
     hang = await ReceiverProc("hang", ports=HOOKS_PER_ENDPOINT).ready()
     closed = [closed_port() for _ in range(HOOKS_PER_ENDPOINT)]
+    ports = {"none": [], "hang": hang.ports, "closed": closed}
     runs: list[dict[str, Any]] = []
+    alternate_runs: list[dict[str, Any]] = []
+    per_repeat = len(VARIANTS) * (WARMUP_SECONDS + 6)
     try:
-        alternate_rounds = min(ALTERNATE_ROUNDS, len(orders))
-        total = sum(len(o) for o in orders) + sum(len(o) for o in orders[:alternate_rounds])
-        done = 0
-        for r, order in enumerate(orders):
-            for variant in order:
-                # side by side: the shipped default, then (first rounds only) the other mode
-                for mode, overrides in MODES if r < alternate_rounds else MODES[:1]:
-                    done += 1
-                    b.progress.phase(f"s1 ingest isolation: {variant}, {mode} ({done}/{total})", measure + 8)
-                    ports = hang.ports if variant == "hang" else closed
-                    tag = f"r{r}" + ("" if mode == MODES[0][0] else "-inline")
-                    run = await one_run(b, variant, ports, tag, measure, overrides=overrides)
-                    runs.append({**run, "mode": mode})
+        for r in range(repeats):
+            b.progress.phase(
+                f"s1 ingest isolation: {MODES[0][0]}, repeat {r + 1}/{repeats} "
+                f"(3 servers, {slices} slices of {SLICE_SECONDS:.0f} s each)",
+                per_repeat + slices * len(VARIANTS) * (SLICE_SECONDS + 0.6),
+            )
+            runs += await sliced_repeat(b, f"r{r}", ports, slices, SLICE_SECONDS, MODES[0][1])
+        b.progress.phase(
+            f"s1 ingest isolation: {MODES[1][0]} (3 servers, {alt_slices} slices)",
+            per_repeat + alt_slices * len(VARIANTS) * (SLICE_SECONDS + 0.6),
+        )
+        alternate_runs = await sliced_repeat(b, "r0-inline", ports, alt_slices, SLICE_SECONDS, MODES[1][1])
         hang_stats = await hang.stats()
     finally:
         await hang.stop()
 
-    variants = _variants([x for x in runs if x["mode"] == MODES[0][0]])
-    alternate = _variants([x for x in runs if x["mode"] == MODES[1][0]])
     return {
         "endpoints": ENDPOINTS,
         "hooks_per_endpoint": HOOKS_PER_ENDPOINT,
         "rate": RATE,
         "warmup_seconds": WARMUP_SECONDS,
-        "measure_seconds": measure,
-        "repeats": len(orders),
-        "orders": [list(o) for o in orders],
+        "measure_seconds": slices * SLICE_SECONDS,
+        "slices": slices,
+        "slice_seconds": SLICE_SECONDS,
+        "repeats": repeats,
         "mode": MODES[0][0],
-        "variants": variants,
+        "variants": _variants(runs),
         "alternate": {
             "mode": MODES[1][0],
-            "variants": alternate,
-            "repeats": min(ALTERNATE_ROUNDS, len(orders)),
-            "orders": [list(o) for o in orders[:ALTERNATE_ROUNDS]],
+            "variants": _variants(alternate_runs),
+            "repeats": 1,
+            "slices": alt_slices,
         },
         "hang_receiver": hang_stats,
     }
