@@ -63,7 +63,12 @@ COMPONENTS: tuple[tuple[str, str], ...] = (
 ENTRY_POINTS = (
     ("on_transitions", "/switchboard/notify/dispatcher.py", "Dispatcher.on_transitions (match a batch)"),
     ("_attempt", "/switchboard/notify/dispatcher.py", "Dispatcher._attempt (one attempt, on-loop part)"),
-    ("sendable", "/switchboard/notify/store.py", "HookStore.sendable (read + decrypt)"),
+    (
+        "sendable_rows",
+        "/switchboard/notify/store.py",
+        "HookStore.sendable_rows (one read per batch of attempts)",
+    ),
+    ("open_sendable", "/switchboard/notify/store.py", "HookStore.open_sendable (decrypt)"),
     (
         "record_many",
         "/switchboard/notify/store.py",
