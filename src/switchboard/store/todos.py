@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Row, and_, case, func, insert, select, update
+from sqlalchemy import Row, and_, case, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -125,16 +125,13 @@ class TodoStore:
         now = self.clock.now()
         created: list[Transition] = []
         dedup = 0
+        rows = [_insert_values(item, ms(now)) for item in items]
         async with self.db.begin() as conn:
-            for item in items:
-                values = _insert_values(item, ms(now))
-                if values["dedup_key"] is None:
-                    await conn.execute(_INSERT, values)
-                    inserted = True
-                else:
-                    result = await conn.execute(self._insert_ignore(), values)
-                    inserted = result.rowcount == 1
-                if not inserted:
+            # One statement for the whole delivery (SQLAlchemy sends the rows as one multi-row INSERT);
+            # RETURNING names the rows that went in. A row without a dedup key never conflicts.
+            inserted = {r.id for r in await conn.execute(self._insert_ignore(), rows)} if rows else set()
+            for item, values in zip(items, rows, strict=True):
+                if values["id"] not in inserted:
                     dedup += 1
                     continue
                 created.append(
@@ -159,8 +156,8 @@ class TodoStore:
         return CreateResult([t.todo_id for t in created], dedup)
 
     def _insert_ignore(self) -> Any:
-        """The insert that a live todo with the same dedup key absorbs, built once per dialect (the
-        row's values are bound at execution): ingest runs it for every routed todo."""
+        """The insert that a live todo with the same dedup key absorbs, returning the ids that went
+        in, built once per dialect (the rows are bound at execution): ingest runs it per delivery."""
         return _INSERT_IGNORE_SQLITE if self.db.is_sqlite else _INSERT_IGNORE_PG
 
     # -- claim, heartbeat, ack, fail, cancel ---------------------------------------------------------
@@ -401,12 +398,15 @@ def _claimed(now: float, lease_seconds: float) -> dict[str, Any]:
     }
 
 
-_INSERT = insert(todos)
-_INSERT_IGNORE_SQLITE = sqlite_insert(todos).on_conflict_do_nothing(
-    index_elements=[todos.c.dedup_key], index_where=LIVE_DEDUP_PREDICATE
+_INSERT_IGNORE_SQLITE = (
+    sqlite_insert(todos)
+    .on_conflict_do_nothing(index_elements=[todos.c.dedup_key], index_where=LIVE_DEDUP_PREDICATE)
+    .returning(todos.c.id)
 )
-_INSERT_IGNORE_PG = pg_insert(todos).on_conflict_do_nothing(
-    index_elements=[todos.c.dedup_key], index_where=LIVE_DEDUP_PREDICATE
+_INSERT_IGNORE_PG = (
+    pg_insert(todos)
+    .on_conflict_do_nothing(index_elements=[todos.c.dedup_key], index_where=LIVE_DEDUP_PREDICATE)
+    .returning(todos.c.id)
 )
 
 

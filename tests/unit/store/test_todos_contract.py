@@ -252,3 +252,37 @@ async def test_expired_lease_cannot_heartbeat_ack_or_fail(store: Any, clock: Man
     fresh = await store.claim_next(store.ep_a, ["inbox"], 10)
     assert fresh.attempt == 2
     assert (await store.ack(store.ep_a, tid, {"ok": True})).status == "done"
+
+
+async def test_a_fan_out_delivery_is_one_insert_and_a_redelivery_of_part_of_it_dedups_that_part(
+    store: Any, database: Database, hub: TransitionHub
+) -> None:
+    from sqlalchemy import event
+
+    rec = Recorder()
+    hub.subscribe("rec", rec)
+    items = [
+        todo(store, source_id="src_x", delivery_id="d-9", queue=q, endpoint_id=ep)
+        for ep in (store.ep_a, store.ep_b)
+        for q in ("inbox", "reviews")
+    ]
+    inserts: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.lstrip().upper().startswith("INSERT INTO TODOS"):
+            inserts.append(statement)
+
+    event.listen(database.engine.sync_engine, "before_cursor_execute", record)
+    try:
+        first = await store.create(items)
+        # the same delivery again, plus one todo it did not have (no dedup key: never absorbed)
+        again = await store.create([*items[1:3], todo(store, title="no delivery id")])
+    finally:
+        event.remove(database.engine.sync_engine, "before_cursor_execute", record)
+    assert len(inserts) == 2  # one statement per create, whatever the number of todos
+    assert len(first.created) == 4 and first.deduplicated == 0
+    assert len(again.created) == 1 and again.deduplicated == 2
+    await hub.idle()
+    assert [t.todo_id for t in rec.seen] == [*first.created, *again.created]
+    async with database.read() as conn:
+        assert (await conn.execute(select(func.count()).select_from(todos))).scalar_one() == 5
