@@ -155,6 +155,7 @@ class _Reads:
         return None if row is None else self._hooks.open_sendable(hook_id, row)
 
     async def _read(self) -> None:
+        batch: dict[str, list[asyncio.Future[Any]]] = {}
         try:
             await asyncio.sleep(0)  # the other workers asking in this turn of the loop join the first read
             while self._waiting:
@@ -173,7 +174,7 @@ class _Reads:
                             f.set_result(rows.get(hook_id))
         finally:
             self._task = None
-            for futures in self._waiting.values():  # only if this task was cancelled
+            for futures in [*batch.values(), *self._waiting.values()]:  # only if this task was cancelled
                 for f in futures:
                     if not f.done():
                         f.set_exception(RuntimeError("the hook read was abandoned"))

@@ -5,7 +5,9 @@ enabled hook disables it in the same statement, once)."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -289,3 +291,34 @@ async def test_reads_asked_for_together_are_one_statement_and_a_bad_row_fails_on
     with ndb.statements() as seen:
         assert await reads.sendable(good.id) is None
     assert len(selects_on_hooks(seen)) == 1
+
+
+async def test_a_batched_read_that_is_cancelled_fails_its_waiters(ndb: NotifyDB) -> None:
+    """Nobody waits forever on a read that will not come (the dispatcher logs the failure per hook)."""
+    from switchboard.notify.dispatcher import _Reads
+
+    hook = await ndb.hook(await ndb.endpoint("ep-a"))
+    entered, gate = asyncio.Event(), asyncio.Event()
+
+    class HeldStore:
+        """The real store, held at the start of its read."""
+
+        async def sendable_rows(self, ids: Any) -> Any:
+            entered.set()
+            await gate.wait()
+            return await ndb.hooks.sendable_rows(ids)
+
+        def open_sendable(self, hook_id: str, row: Any) -> Any:
+            return ndb.hooks.open_sendable(hook_id, row)
+
+    reads = _Reads(HeldStore())  # type: ignore[arg-type]
+    waiter = asyncio.create_task(reads.sendable(hook.id))
+    await entered.wait()
+    assert reads._task is not None
+    reads._task.cancel()
+    async with asyncio.timeout(10):  # before the fix it waited forever
+        with pytest.raises(RuntimeError, match="abandoned"):
+            await waiter
+    # the next read starts afresh and answers
+    gate.set()
+    assert (await reads.sendable(hook.id)) == await ndb.hooks.sendable(hook.id)
