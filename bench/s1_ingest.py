@@ -127,17 +127,7 @@ async def one_run(
         "statuses": result["statuses"],
         "late_sends": result["late_sends"],
         "cpu": cpu,
-        "dispatcher": {
-            "attempts": {
-                r: metric(m, "switchboard_notify_hook_attempts_total", result=r)
-                for r in ("2xx", "timeout", "network", "tls", "rejected_ssrf")
-            },
-            "dropped": metric(m, "switchboard_notify_hook_notifications_total", outcome="dropped"),
-            "failed": metric(m, "switchboard_notify_hook_notifications_total", outcome="failed"),
-            "disabled": metric(m, "switchboard_notify_hooks_disabled_total"),
-            "hub_overflow": metric(m, "switchboard_transition_subscriber_errors_total", error="overflow"),
-            "queue_depth": metric(m, "switchboard_notify_hook_queue_depth"),
-        },
+        "dispatcher": _dispatcher(m),
     }
 
 

@@ -301,7 +301,7 @@ class _AsyncioBackend(httpcore.AsyncNetworkBackend):
         await asyncio.sleep(seconds)
 
 
-class _PinnedBackend(httpcore.AsyncNetworkBackend):
+class _PinnedBackend(_AsyncioBackend):
     """Dials only the validated IPs of one target; refuses every other origin.
 
     The addresses are tried in resolver order, each with a fair share of what is left of
@@ -343,17 +343,6 @@ class _PinnedBackend(httpcore.AsyncNetworkBackend):
         if isinstance(last, httpcore.ConnectError):
             progress.connect_reason = _connect_reason(last)
         raise last
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise httpcore.ConnectError("unix sockets are never dialled")
-
-    async def sleep(self, seconds: float) -> None:
-        await anyio.sleep(seconds)
 
 
 class _KeptConnection(httpcore.AsyncConnectionInterface):
