@@ -17,8 +17,6 @@ import contextlib
 import contextvars
 import errno
 import re
-import select
-import socket
 import ssl
 import time
 import typing
@@ -139,16 +137,6 @@ def _connect_reason(exc: BaseException) -> str:
     return "connect_failed"
 
 
-def _readable(sock: socket.socket | None) -> bool:
-    """httpcore's test of an idle kept connection (readable = the server closed it, or sent
-    bytes no request asked for: either way it cannot be reused), as httpcore makes it."""
-    if sock is None or sock.fileno() < 0:
-        return True
-    poller = select.poll()
-    poller.register(sock.fileno(), select.POLLIN)
-    return bool(poller.poll(0))
-
-
 class _PinnedStream(httpcore.AsyncNetworkStream):
     """Wraps the real stream to record the stage and classify TLS failures, always on the
     attempt using the stream now (a kept connection serves many attempts).
@@ -161,13 +149,12 @@ class _PinnedStream(httpcore.AsyncNetworkStream):
 
     def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
         self._inner = inner
-        self._sock: socket.socket | None = inner.get_extra_info("socket")
         _progress().stream = self  # the newest layer (TLS over TCP) is the one a connection keeps
 
     def closed_by_peer(self) -> bool:
         """Readable while no request is out: the server closed it (or sent what nobody asked
-        for); either way it must not carry a request."""
-        return _readable(self._sock)
+        for); either way it must not carry a request. The stream underneath knows."""
+        return bool(self._inner.get_extra_info("is_readable"))
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         progress = _progress()
@@ -264,8 +251,11 @@ class _AsyncioStream(httpcore.AsyncNetworkStream):
             return self._writer.get_extra_info("sockname")
         if info == "server_addr":
             return self._writer.get_extra_info("peername")
-        if info == "is_readable":  # asyncio reads eagerly: bytes or an EOF arrived while idle
-            return self._reader.at_eof() or bool(self._writer.transport.is_closing())
+        if info == "is_readable":
+            # asyncio reads eagerly, so bytes or an EOF that arrived while idle are in the reader
+            # already, not waiting on the socket (where httpcore's own test would look for them)
+            buffered: bytearray = getattr(self._reader, "_buffer", bytearray())  # StreamReader's own
+            return bool(buffered) or self._reader.at_eof() or self._writer.transport.is_closing()
         return None
 
 

@@ -27,6 +27,7 @@ from tests.support.receivers import (
     RawResponse,
     Respond,
     StaticResolver,
+    server_ssl_context,
 )
 
 
@@ -325,3 +326,44 @@ async def test_aclose_closes_the_kept_sockets_and_later_sends_keep_none(
     assert await send(sender, rx) == 204  # still works, on a connection of its own
     await rx.wait_closed(2)
     assert rx.connections == 2
+
+
+async def test_a_kept_connection_that_received_bytes_nobody_asked_for_is_not_reused(
+    trustme_ca: trustme.CA, make_sender: Callable[..., Sender]
+) -> None:
+    """An idle HTTP/1.1 connection with unread bytes on it (here: a stray line after the response) is
+    out of step with the server; the next request goes on a new connection, and is answered."""
+    connections: list[asyncio.StreamWriter] = []
+    send_stray, stray_sent = asyncio.Event(), asyncio.Event()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(writer)
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            await reader.readexactly(length)
+            writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+            await writer.drain()
+            if len(connections) == 1:
+                await send_stray.wait()  # once the client has taken the answer and idles
+                writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")  # nobody asked for this one
+                await writer.drain()
+                stray_sent.set()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=server_ssl_context(trustme_ca, HOST))
+    port = server.sockets[0].getsockname()[1]
+    url = f"https://{HOST}:{port}/h"
+    sender = make_sender()
+    try:
+        assert (await sender.send(url, body=BODY, headers={})).status == 204
+        send_stray.set()
+        await stray_sent.wait()
+        await asyncio.sleep(0.05)  # let the client's event loop take in the stray bytes (no event to await)
+        assert (await sender.send(url, body=BODY, headers={})).status == 204
+        assert len(connections) == 2
+    finally:
+        await sender.aclose()
+        for writer in connections:
+            writer.close()
+        server.close()
+        await server.wait_closed()
