@@ -193,9 +193,6 @@ _MATCH = (
     .order_by(_H.endpoint_id, _H.id)
 )
 
-_SENDABLE = select(
-    _H.url_enc, _H.secret_enc, _H.prev_secret_enc, _H.prev_secret_expires_at, _H.consecutive_failures
-).where(_H.id == bindparam("p_hook_id", type_=String), _H.enabled.is_(True))
 _SENDABLE_MANY = select(
     _H.id,
     _H.url_enc,
@@ -440,12 +437,11 @@ class HookStore:
 
     async def sendable(self, hook_id: str) -> SendableHook | None:
         """Read right before an attempt: a deleted or disabled hook gets no attempt."""
-        async with self.db.read() as conn:
-            row = (await conn.execute(_SENDABLE, {"p_hook_id": hook_id})).first()
+        row = (await self.sendable_rows([hook_id]))[hook_id]
         return None if row is None else self.open_sendable(hook_id, row)
 
     async def sendable_rows(self, hook_ids: Iterable[str]) -> dict[str, Any]:
-        """The rows :meth:`sendable` reads, for several hooks with one read (the dispatcher batches the
+        """The rows :meth:`sendable` reads, for several hooks with one statement (the dispatcher batches the
         reads its workers ask for at the same moment), still sealed: ``None`` for a hook that is gone
         or disabled. :meth:`open_sendable` opens one, so a row that does not open fails its own hook."""
         ids = sorted(set(hook_ids))
