@@ -5,15 +5,29 @@ whose confirmation says what goes with them."""
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
+from pathlib import Path
 
+import pytest
 from sqlalchemy import func, select
 
+from switchboard.clock import ManualClock
 from switchboard.store.schema import notify_hooks, routes, todos
 from switchboard.store.schema_web import web_sessions
 from switchboard.store.todos import NewTodo
 from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from tests.integration.web.helpers import PASSWORD, Human, csrf_of, human
-from tests.support.server import Instance
+from tests.support.server import Instance, make_settings, run_instance
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+async def inst(
+    request: pytest.FixtureRequest, tmp_path: Path, wall_clock: ManualClock
+) -> AsyncIterator[Instance]:
+    """The console's queries on both engines."""
+    url = request.getfixturevalue("pg_url") if request.param == "postgresql" else None
+    async with run_instance(make_settings(tmp_path, url), clock=wall_clock) as instance:
+        yield instance
 
 
 async def count(inst: Instance, table: object, *where: object) -> int:
