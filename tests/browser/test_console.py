@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from playwright.async_api import expect
+from sqlalchemy import insert
 
 from switchboard.notify.component import NotifyComponent
+from switchboard.store.schema_console import backlog_samples
 from switchboard.store.todos import NewTodo
 from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from tests.browser.conftest import TIMEOUT_MS, WIDTHS, fits_and_passes_axe, shoot
@@ -79,6 +81,17 @@ async def seed(server: Instance) -> None:
     assert done is not None
     await todos.ack(review.id, done.id, {"ok": True})
     await todos.create([NewTodo(ci.id, "builds", "Nightly build of acme/widgets", {}, source="ci-token")])
+    # A day of backlog history, as the sampler would have written it every 5 minutes (the sparkline).
+    now_ms = int(s.clock.now() * 1000)
+    bucket = 300_000
+    start = now_ms - now_ms % bucket - 24 * 3_600_000
+    history = [
+        {"endpoint_id": review.id, "queue": q, "bucket": start + i * bucket, "pending": n}
+        for i in range(1, 288)
+        for q, n in (("inbox", (i // 12) % 7 + (i % 5)), ("reviews", max(0, 9 - abs(i - 150) // 12)))
+    ]
+    async with s.db.begin() as conn:
+        await conn.execute(insert(backlog_samples), history)
     await s.console.sample_backlog()
 
     gitea = await s.sources.create(me, "gitea-main", "gitea", "signature", "x" * 40)
