@@ -5,6 +5,7 @@ renders neutralized on every page that shows it. Each page is saved as a screens
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -88,7 +89,7 @@ async def seed(server: Instance) -> None:
     history = [
         {"endpoint_id": review.id, "queue": q, "bucket": start + i * bucket, "pending": n}
         for i in range(1, 288)
-        for q, n in (("inbox", (i // 12) % 7 + (i % 5)), ("reviews", max(0, 9 - abs(i - 150) // 12)))
+        for q, n in (("inbox", round(5 + 4 * math.sin(i / 24))), ("reviews", max(0, 9 - abs(i - 150) // 12)))
     ]
     async with s.db.begin() as conn:
         await conn.execute(insert(backlog_samples), history)
