@@ -20,7 +20,7 @@ from switchboard.store.schema_console import backlog_samples
 from switchboard.store.todos import NewTodo
 from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from tests.browser.conftest import TIMEOUT_MS, WIDTHS, fits_and_passes_axe, shoot
-from tests.integration.web.helpers import PASSWORD, Human, ManualFlow
+from tests.integration.web.helpers import PASSWORD, Human, ManualFlow, register_client
 from tests.support.server import Instance
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -203,5 +203,29 @@ async def test_a_bidi_title_renders_neutralized_everywhere(browser: Any, seeded:
             assert BIDI_SHOWN in await title.first.inner_text()
         await page.goto(f"{server.base_url}/todos/{SEED.bidi_id}")
         await expect(page.locator("main")).to_contain_text("push gnp")
+
+        # A hook path (stored percent-encoded) and an OAuth client's name (the consent screen) never
+        # reach the page as a raw override either.
+        review = await server.services.accounts.endpoint_by_slug("review-bot")
+        assert review is not None
+        await server.services.extras["notify"].store.create(
+            review.id, f"https://hooks.acme.dev/run{RLO}gnp.exe", [], False, 5
+        )
+        await page.goto(f"{server.base_url}/endpoints/review-bot")
+        await expect(page.locator("#hooks")).to_contain_text("https://hooks.acme.dev/run%E2%80%AEgnp.exe")
+        assert RLO not in await page.content()
+        person = Human(server, EMAIL)
+        try:
+            await person.sign_in()
+            flow = ManualFlow(server, person)
+            registered = await register_client(person.http, name=f"Helpful {RLO}tnega\u202c client")
+            flow.client = registered.json()
+            consent = await flow.start()
+            assert consent.status_code == 200
+        finally:
+            await person.close()
+        await page.goto(str(consent.url))
+        await expect(page.get_by_test_id("client-name")).to_have_text("Helpful tnega client")
+        assert RLO not in await page.content()
     finally:
         await page.context.close()
