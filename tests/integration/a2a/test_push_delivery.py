@@ -113,7 +113,8 @@ async def test_standard_webhooks_signing_verifies_with_a_stock_library(env: Env)
 
 
 async def test_failures_retry_with_the_adr_0007_backoff_and_keep_order(tmp_path: Path) -> None:
-    async with a2a_env(tmp_path, a2a_push_max_attempts=3) as env:
+    # The order wait is raised past the 90 s this retries for (test_push_order.py bounds it).
+    async with a2a_env(tmp_path, a2a_push_max_attempts=3, a2a_push_order_wait_seconds=3600) as env:
         _, token = await env.endpoint("client")
         worker = await env.worker()
         client = await env.client(token)
