@@ -197,7 +197,7 @@ def _check_kept(item: ConfigInput, stored: Any) -> None:
     URL must be the stored one as Get shows it, the credentials must stay with their scheme."""
     if item.keep_url and item.url != stored.url_display:
         raise ConfigRefused(
-            f"url ends in '{REDACTED_QUERY}' but is not this config's stored URL: send the full URL",
+            f"url ends in the '{REDACTED_QUERY}' placeholder but is not this config's stored URL: send the full URL",
             reason="placeholder",
         )
     if item.keep_token and stored.token_enc is None:
