@@ -128,6 +128,7 @@ class A2AComponent:
         )
         self.handler.waiter = self.waiter
         self.handler.send_wait = s.a2a_send_wait_seconds
+        services.extras.setdefault("on_draining", []).append(self.waiter.close)  # cli.serve's stop
         services.hub.subscribe("a2a_waiters", self._wake_waiters, queue_size=10_000)
         if self.push_enabled:
             services.hub.subscribe("a2a_push", self._on_transition, queue_size=1000)

@@ -224,6 +224,16 @@ async def test_served_a2a_round_trip_token_only_wait_and_protocol(tmp_path: Path
         assert deleted == {"jsonrpc": "2.0", "id": 1, "result": None}
         assert len(page["result"]["configs"]) == 2 and page["result"]["nextPageToken"]
 
+        # 5. A stop does not wait out a waiting SendMessage: it answers with the task as it stands.
+        pending = asyncio.create_task(_send_and_wait(client))
+        await until(lambda: _queued(worker), 10, "the waiting call's task on the queue")
+        loop = asyncio.get_running_loop()
+        stopping = loop.time()
+        await asyncio.to_thread(sb.server.stop)
+        answered = await asyncio.wait_for(pending, 10)
+        assert answered.status.state != COMPLETED
+        assert loop.time() - stopping < 15  # not the 30 s maximum wait
+
 
 async def test_served_slow_receiver_and_bad_certificate(tmp_path: Path) -> None:
     """A receiver that answers in 6 s (the attempt timeout is 5 s) is delivered twice, then done; a
@@ -298,6 +308,11 @@ async def _first(events: AsyncIterator[Any]) -> Any:
     tasks = [event.task async for event in events]
     assert len(tasks) == 1
     return tasks[0]
+
+
+async def _queued(worker: Agent) -> bool:
+    """Is a task waiting on the worker's queue? (peek: nothing is claimed)"""
+    return bool((await worker.ok("list_todos", {"status": "pending"}))["todos"])
 
 
 async def _count(receiver: HTTPSReceiver, n: int) -> bool:
