@@ -37,6 +37,7 @@ class HostLimits:
         self._inflight: defaultdict[str, int] = defaultdict(int)
         self._names: OrderedDict[str, tuple[str, ...]] = OrderedDict()  # host -> IPs at its last attempt
         self._max_hosts = max_hosts
+        self._max_names = min(max_hosts, 10_000)  # scanned by blocked_hosts() on every claim
 
     def _tokens(self, key: str, now: float) -> float:
         tokens, last = self._buckets.get(key, (self.burst, now))
@@ -46,7 +47,7 @@ class HostLimits:
         """Remember what ``host`` resolved to (validated) at its latest attempt."""
         self._names[host] = tuple(ips)
         self._names.move_to_end(host)
-        if len(self._names) > self._max_hosts:
+        if len(self._names) > self._max_names:
             self._names.popitem(last=False)
 
     def take(self, ips: Sequence[str] | str) -> float:
