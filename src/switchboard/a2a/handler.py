@@ -11,6 +11,7 @@ any other id, another endpoint's included, is answered exactly like an unknown o
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
@@ -195,8 +196,11 @@ class Handler(RequestHandler):
             created = await self.services.todos.create([todo])
         record = await self._own(endpoint, created.created[0])
         if not params.configuration.return_immediately and self.waiter is not None and self.send_wait > 0:
-            # v1.0: wait until the task is terminal or interrupted, at most send_wait (waiter.py).
-            record = await self.waiter.wait(endpoint.id, record.id, self.send_wait) or record
+            # v1.0: wait until the task is terminal or interrupted, at most send_wait (waiter.py). The
+            # task exists now: a database outage while waiting answers with it as created, never with
+            # an error that would make the caller send it again.
+            with contextlib.suppress(StoreUnavailable):
+                record = await self.waiter.wait(endpoint.id, record.id, self.send_wait) or record
         return task_view(
             record,
             history=_history(
