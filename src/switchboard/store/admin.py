@@ -209,6 +209,14 @@ class AdminStore:
             rows = (await conn.execute(stmt.order_by(human_invites.c.created_at))).all()
         return [_invite(r) for r in rows]
 
+    async def sweep_invites(self) -> int:
+        """Drop invitations past their expiry (the web sweeper calls this)."""
+        async with self.db.begin() as conn:
+            gone = await conn.execute(
+                delete(human_invites).where(human_invites.c.expires_at <= ms(self.clock.now()))
+            )
+        return int(gone.rowcount or 0)
+
     async def revoke_invite(self, email: str) -> bool:
         async with self.db.begin() as conn:
             done = await conn.execute(delete(human_invites).where(human_invites.c.email == email))

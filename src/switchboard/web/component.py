@@ -164,6 +164,7 @@ class WebComponent:
             await asyncio.sleep(SWEEP_SECONDS)
             try:
                 await self.web.store.sweep_sessions()
+                await self.services.admin.sweep_invites()
                 if self.web.oauth is not None:
                     await self.web.oauth.store.sweep()
             except Exception:

@@ -203,3 +203,22 @@ async def test_delete_an_endpoint_and_a_source_says_what_goes(inst: Instance) ->
         assert r.status_code == 303 and r.headers["location"].startswith("/endpoints?")
         assert await count(inst, todos) == 0 and await count(inst, notify_hooks) == 0
         assert (await person.http.get("/endpoints/doomed")).status_code == 404
+
+
+async def test_an_invitation_expires_and_is_swept(inst: Instance, wall_clock: ManualClock) -> None:
+    admin = inst.services.admin
+    async with human(inst, "lead@example.com", operator=True) as (_, lead_id):
+        token = await admin.invite(
+            "late@example.com", operator=False, invited_by=lead_id, lifetime_seconds=60
+        )
+        assert await admin.open_invite(token) is not None
+        assert await admin.sweep_invites() == 0
+        wall_clock.advance(61)
+        assert await admin.open_invite(token) is None
+        newcomer = Human(inst, "late@example.com")
+        try:
+            assert (await newcomer.http.get(f"/invite/{token}")).status_code == 404
+        finally:
+            await newcomer.close()
+        assert await admin.sweep_invites() == 1
+        assert await admin.list_invites() == []
