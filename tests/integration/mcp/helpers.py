@@ -19,6 +19,7 @@ from switchboard.mcp.doorbell import META_KEY, doorbell_uri
 from switchboard.store.accounts import Endpoint
 from switchboard.store.todos import NewTodo
 from switchboard.verbs import DEFAULT_GRANT
+from tests.integration.mcp.schema_check import CheckedClient
 from tests.support.secrets import reveal
 from tests.support.server import Instance
 
@@ -122,7 +123,8 @@ async def connect(
     async with httpx2.AsyncClient(headers=headers, timeout=10, event_hooks={"response": hooks}) as http:
         transport = streamable_http_client(inst.mcp_url, http_client=http)
         handler = bell.on_message if bell else None
-        async with Client(transport, mode=mode, message_handler=handler, read_timeout_seconds=10) as client:
+        checked = CheckedClient(transport, mode=mode, message_handler=handler, read_timeout_seconds=10)
+        async with checked as client:
             if bell is not None:
                 await asyncio.wait_for(bell.stream_open.wait(), 5)
             if bell is not None and settle:
