@@ -82,8 +82,8 @@ class DoorbellHow(TypedDict):
     then: str
 
 
-# The error object every failed verb carries (``isError: true``): documented, not an outputSchema,
-# because the spec ties outputSchema to successful results.
+# The error object every failed verb carries (``isError: true``), as its text and in
+# ``_meta["switchboard/error"]``: documented (docs/mcp.md), not an outputSchema, which is for results.
 ERROR_SCHEMA: dict[str, object] = {
     "type": "object",
     "properties": {"code": {"enum": sorted(CODES)}, "message": {"type": "string"}},

@@ -5,8 +5,9 @@ the result with ``jsonschema`` (the validator the JSON Schema spec's draft names
 outside the server, so nothing here costs the server anything:
 
 * a success: ``structuredContent`` against the tool's ``outputSchema`` (which every tool must have);
-* a failure (``isError``): ``structuredContent`` against the documented error object;
-* both: the text fallback is the same JSON as ``structuredContent``.
+* a failure (``isError``): no ``structuredContent``; the text and ``_meta["switchboard/error"]`` are the
+  same documented error object;
+* a success: the text fallback is the same JSON as ``structuredContent``.
 
 ``helpers.connect`` builds every client of tests/integration/mcp with it.
 """
@@ -21,24 +22,29 @@ from jsonschema.validators import validator_for
 from mcp import Client
 from mcp_types import CallToolResult, TextContent
 
+from switchboard.mcp.errors import ERROR_META
 from switchboard.mcp.schemas import ERROR_SCHEMA
 
 
 def check_result(name: str, output_schema: dict[str, Any] | None, result: CallToolResult) -> None:
     """Raise AssertionError when ``result`` does not match its tool's published contract."""
-    structured = result.structured_content
-    assert structured is not None, f"{name}: no structuredContent"
+    texts = [c.text for c in result.content if isinstance(c, TextContent)]
+    assert len(texts) == 1, f"{name}: expected one text block"
     if result.is_error:
+        assert result.structured_content is None, f"{name}: an error carries no structuredContent"
+        structured = json.loads(texts[0])
+        assert (result.meta or {}).get(ERROR_META) == structured, f"{name}: _meta and text differ"
         schema: dict[str, Any] = dict(ERROR_SCHEMA)
     else:
+        structured = result.structured_content
+        assert structured is not None, f"{name}: no structuredContent"
         assert output_schema is not None, f"{name}: tools/list published no outputSchema"
+        assert json.loads(texts[0]) == structured, f"{name}: text fallback differs"
         schema = output_schema
     cls = validator_for(schema, default=Draft202012Validator)
     cls.check_schema(schema)
     errors = sorted(cls(schema).iter_errors(structured), key=lambda e: list(e.path))
     assert not errors, f"{name}: result does not match its schema: {[e.message for e in errors[:3]]}"
-    texts = [c.text for c in result.content if isinstance(c, TextContent)]
-    assert len(texts) == 1 and json.loads(texts[0]) == structured, f"{name}: text fallback differs"
 
 
 class CheckedClient(Client):
