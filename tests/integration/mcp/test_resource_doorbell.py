@@ -11,11 +11,8 @@ the first webhook would arrive before the second webhook's control).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
-import shutil
-import subprocess
 import time
 import warnings
 from collections.abc import AsyncIterator, Iterator
@@ -31,6 +28,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp_types import INVALID_PARAMS, CallToolResult, ResourceUpdatedNotification, TextResourceContents
 
+from tests.integration.mcp.npm import npm_install
 from tests.integration.mcp.real import RealServer
 from tests.integration.mcp.schema_check import check_result
 
@@ -133,29 +131,9 @@ async def test_unknown_resource_is_invalid_params(real_server: RealServer) -> No
 
 
 def ts_client_dir() -> Path:
-    """``@modelcontextprotocol/sdk`` at the version pinned in ts_client/package-lock.json, installed
-    once per lock into the user's cache with ``npm ci`` from the npm registry."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.skip("node and npm are needed for the TypeScript SDK client")
-    lock = (TS_DIR / "package-lock.json").read_bytes()
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "switchboard-tests"
-    target = cache / f"mcp-ts-client-{hashlib.sha256(lock).hexdigest()[:12]}"
-    if not (target / "node_modules" / "@modelcontextprotocol" / "sdk").is_dir():
-        target.mkdir(parents=True, exist_ok=True)
-        for name in ("package.json", "package-lock.json"):
-            shutil.copy(TS_DIR / name, target / name)
-        done = subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts"],
-            cwd=target,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        assert done.returncode == 0, f"npm ci failed: {done.stderr[-2000:]}"
-    shutil.copy(TS_DIR / "client.mjs", target / "client.mjs")
-    return target
+    """``@modelcontextprotocol/sdk`` at the version pinned in ts_client/package-lock.json (1.32.2;
+    its engines field asks for Node >= 18, and the suite runs it on the machine's Node 20)."""
+    return npm_install(TS_DIR, "client.mjs")
 
 
 class TsClient:
