@@ -4,12 +4,14 @@ A ring is ``notifications/resources/updated`` for ``switchboard://endpoints/<slu
 doorbell (ADR-0013): the todo stays pending and claimable whether or not anyone hears it, so every send
 is best-effort and nothing here retries.
 
-Two protocol eras, two paths:
+Two protocol eras, three paths (docs/mcp.md, "Which host uses which path"):
 
 * modern (2026-07-28) clients listen with ``subscriptions/listen``; we publish ``ResourceUpdated`` on the
-  ``SubscriptionBus`` this surface owns. The SDK's listen stream carries the URI only.
-* legacy (handshake) clients get the notification on their GET stream through the captured
-  ``ServerSession``, with ``_meta["switchboard/doorbell"]`` saying why (see docs/mcp.md).
+  ``SubscriptionBus`` this surface owns, for the endpoint-wide URI and each touched queue's URI. The
+  SDK's listen stream carries the URI only.
+* legacy (handshake) sessions that used ``resources/subscribe`` (resources.py) get one notification per
+  subscribed URI the ring touches, on their GET stream, with ``_meta["switchboard/doorbell"]``;
+* legacy sessions that never subscribed get the endpoint-wide URI, the channel as it always was.
 
 What rings: a push-eligible transition into pending (``Transition.pushable``) for an endpoint that is
 ``in`` and holds the queue in its scope; a digest when the endpoint comes back ``in`` (decided once by
