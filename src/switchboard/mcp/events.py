@@ -3,9 +3,11 @@
 The SDK defines the interface (``mcp.server.streamable_http.EventStore``) and ships no implementation.
 With a store configured it primes every SSE stream with an id (and the ``retry`` hint), stores each
 message it sends, and answers a GET with ``Last-Event-ID`` by replaying what came after on the same
-stream. This store keeps the most recent ``capacity`` events across all streams of this process, in
-one ordered dict: storing is an append and an occasional eviction, no serialization, so the per-call
-cost stays negligible. A client that resumes from an evicted id gets nothing replayed (and calls
+stream. This store keeps the most recent events across all streams of this process, in one ordered
+dict, bounded twice: at most ``capacity`` events and about ``max_bytes`` of them. The size is estimated
+without serializing (a tool result's text blocks, twice, since ``structuredContent`` repeats the text),
+so storing stays an append and an occasional eviction and the per-call cost negligible, while a burst
+of claims with 1 MiB payloads cannot pin gigabytes. A client that resumes from an evicted id gets nothing replayed (and calls
 ``claim_next`` or re-reads, as after any reconnect: the queue is the ledger).
 
 The SDK hands the store a stream id only (a request id, or the GET stream's fixed key), which is not
@@ -27,24 +29,48 @@ from mcp_types import JSONRPCMessage
 from switchboard.mcp.auth import caller_endpoint_id
 
 DEFAULT_CAPACITY = 2048
+DEFAULT_MAX_BYTES = 32 * 1024 * 1024
+BASE_SIZE = 256  # envelope, ids, small results
+
+
+def approx_size(message: JSONRPCMessage | None) -> int:
+    """A cheap upper-ish estimate of a message's JSON size: what dominates is a tool result's text."""
+    result = getattr(message, "result", None)
+    if not isinstance(result, dict):
+        return BASE_SIZE
+    content = result.get("content")
+    text = 0
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and isinstance(block.get("text"), str):
+                text += len(block["text"])
+    return BASE_SIZE + 2 * text
+
+
+_Event = tuple[str, str | None, StreamId, JSONRPCMessage | None, int]
 
 
 class MemoryEventStore(EventStore):
-    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+    def __init__(self, capacity: int = DEFAULT_CAPACITY, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.capacity = capacity
-        # number -> (event id, owner, stream id, message); ordered by number, oldest first.
-        self._events: OrderedDict[int, tuple[str, str | None, StreamId, JSONRPCMessage | None]] = (
-            OrderedDict()
-        )
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        # number -> (event id, owner, stream id, message, size); ordered by number, oldest first.
+        self._events: OrderedDict[int, _Event] = OrderedDict()
         self._numbers = itertools.count(1)
 
     async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
         number = next(self._numbers)
         event_id = f"{number}-{secrets.token_hex(6)}"
-        self._events[number] = (event_id, caller_endpoint_id(), stream_id, message)
-        while len(self._events) > self.capacity:
-            self._events.popitem(last=False)
+        size = approx_size(message)
+        self._events[number] = (event_id, caller_endpoint_id(), stream_id, message, size)
+        self.bytes += size
+        while len(self._events) > 1 and (len(self._events) > self.capacity or self.bytes > self.max_bytes):
+            self.bytes -= self._events.popitem(last=False)[1][4]
         return event_id
+
+    def __len__(self) -> int:
+        return len(self._events)
 
     async def replay_events_after(
         self, last_event_id: EventId, send_callback: EventCallback
@@ -61,7 +87,7 @@ class MemoryEventStore(EventStore):
         # Snapshot first: sending awaits, and new events may be stored meanwhile.
         later = [
             (event_id, message)
-            for n, (event_id, who, stream, message) in self._events.items()
+            for n, (event_id, who, stream, message, _) in self._events.items()
             if n > after and stream == stream_id and who == owner
         ]
         for event_id, message in later:
