@@ -220,7 +220,7 @@ async def test_sse_responses_carry_ids_and_a_dropped_stream_resumes(inst: Instan
         r = await http.post(inst.mcp_url, json=call_whoami, headers=headers)
         events = sse_events(r.text)
         priming, answer = events[0], events[-1]
-        assert priming["data"] == "" and priming["id"] and priming["retry"] == "1000"
+        assert priming["data"] == "" and priming["id"] and priming["retry"] == "1000", repr(r.text[:300])
         assert answer["id"] and json.loads(answer["data"])["id"] == 7
         # The client lost the stream after the priming event: it resumes with Last-Event-ID and the
         # answer is replayed, with the same event id.

@@ -69,10 +69,14 @@ async def test_another_endpoint_and_forged_ids_replay_nothing() -> None:
     assert replayed == []
 
 
+def test_an_empty_store_is_still_a_store() -> None:
+    assert MemoryEventStore()  # the SDK enables resumability with `if self._event_store:`
+
+
 async def test_bounded_by_count_and_by_estimated_size() -> None:
     by_count = MemoryEventStore(capacity=3)
     ids = [await by_count.store_event("1", result(i)) for i in range(5)]
-    assert len(by_count) == 3
+    assert by_count.count == 3
     replayed: list[EventMessage] = []
 
     async def collect(event: EventMessage) -> None:
@@ -84,5 +88,5 @@ async def test_bounded_by_count_and_by_estimated_size() -> None:
     big = MemoryEventStore(max_bytes=10 * 1024 * 1024)
     for i in range(40):  # forty 1 MiB payloads (text and structured copy) would be 80 MiB
         await big.store_event(str(i), result(i, "x" * 1024 * 1024))
-    assert big.bytes <= big.max_bytes and len(big) == 4
+    assert big.bytes <= big.max_bytes and big.count == 4
     assert big.bytes == 4 * (BASE_SIZE + 2 * 1024 * 1024)
