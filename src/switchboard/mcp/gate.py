@@ -47,11 +47,17 @@ UNSERVED = frozenset({"prompts/list", "prompts/get"})
 
 
 def _honest(result: HandlerResult) -> HandlerResult:
-    """Drop the ``prompts`` capability the SDK derives from handlers ``MCPServer`` always installs."""
+    """Drop the ``prompts`` capability the SDK derives from handlers ``MCPServer`` always installs, and
+    say ``listChanged: false``: Switchboard never sends list-changed notifications (a scope change shows
+    on the next ``tools/list`` or ``resources/list``), though on 2026-07-28 the SDK derives ``true``."""
     if isinstance(result, dict):
         capabilities = result.get("capabilities")
         if isinstance(capabilities, dict):
             capabilities.pop("prompts", None)
+            for name in ("tools", "resources"):
+                section = capabilities.get(name)
+                if isinstance(section, dict) and "listChanged" in section:
+                    section["listChanged"] = False
     return result
 
 

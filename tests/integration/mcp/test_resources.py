@@ -137,7 +137,8 @@ async def test_capabilities_are_only_what_the_server_has(inst: Instance, mode: A
         caps = client.server_capabilities
         assert caps is not None and caps.prompts is None and caps.logging is None
         assert caps.resources is not None and caps.resources.subscribe is True
-        assert caps.tools is not None
+        assert not caps.resources.list_changed  # never sent: a scope change shows on the next list
+        assert caps.tools is not None and not caps.tools.list_changed
         with pytest.raises(MCPError) as err:
             await client.list_prompts()
         assert err.value.error.code == METHOD_NOT_FOUND
