@@ -95,6 +95,10 @@ class WindowLimiter:
         now = self.clock.now()
         return sum(1 for t in self._log.get(key, ()) if now - t <= self.window)
 
+    def __len__(self) -> int:
+        """Keys held now (each admitted within its last window)."""
+        return len(self._log)
+
     def _forget_idle(self, now: float) -> None:
         while self._log:
             key, times = next(iter(self._log.items()))
