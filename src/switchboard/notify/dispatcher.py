@@ -392,14 +392,9 @@ class Dispatcher:
     def _worker_ended(self, index: int, task: asyncio.Task[None]) -> None:
         """REQ-12: the pool keeps its size. ``_work`` survives every ``Exception`` of a notification;
         should a worker end anyway (outside ``stop``), it is logged and started again."""
-        if (
-            self._stopping
-            or task.cancelled()
-            or index >= len(self._workers)
-            or self._workers[index] is not task
-        ):
+        if self._stopping or index >= len(self._workers) or self._workers[index] is not task:
             return
-        exc = task.exception()
+        exc = None if task.cancelled() else task.exception()
         log.error(
             "notify worker ended unexpectedly; starting it again",
             worker=index,
@@ -487,14 +482,19 @@ class Dispatcher:
                 self._inflight[owner] += 1
                 self._busy += 1
                 self._in_hand[n.id] = n
+                cut_off = False
                 try:
                     if self.priority is not None:
                         await self.priority.yield_to_inbound()  # REQ-7: inbound requests go first
                     await self._attempt(n)
+                except asyncio.CancelledError:
+                    cut_off = True  # stop() abandons it: it stays in _in_hand to be counted as dropped
+                    raise
                 except Exception as exc:  # REQ-12: one notification's error never ends a worker
                     self._internal_error(n, exc)
                 finally:
-                    self._in_hand.pop(n.id, None)
+                    if not cut_off:
+                        self._in_hand.pop(n.id, None)
                     self._busy -= 1
                     self._inflight[owner] -= 1
                     if self._inflight[owner] == 0:

@@ -250,14 +250,59 @@ async def test_a_failing_signer_leaves_the_pool_whole_and_the_next_notification_
     assert not any("whsec_" in line or "cannot sign" in line for line in logs.lines)
 
 
-async def test_a_worker_that_ends_anyway_is_started_again(ndb: NotifyDB) -> None:
-    d = dispatcher(ndb, Receiver(), workers=2)
+class Escapes(BaseException):
+    """Not an ``Exception``: nothing in the worker loop catches it, so the worker task ends."""
+
+
+async def test_a_worker_that_ends_anyway_is_started_again(ndb: NotifyDB, logs: LogCapture) -> None:
+    a = await ndb.endpoint("ep-a")
+    await ndb.hook(a)
+    escape = True
+
+    def sign(secrets: Sequence[str], msg_id: str, timestamp: int, body: bytes) -> dict[str, str]:
+        nonlocal escape
+        if escape:
+            escape = False
+            raise Escapes()
+        return standard_headers(secrets, msg_id, timestamp, body)
+
+    rx = Receiver(204)
+    d = dispatcher(ndb, rx, workers=2, sign=sign)
     await d.start()
+    first = list(d._workers)
     try:
-        d._workers[0].cancel()  # what no notification can do: the task ends
-        await until(lambda: d.workers_running == 2 and not d._workers[0].cancelled())
+        await d.on_transitions([ready(a, "inbox", 0)])
+        await until(lambda: bool(logs.events("notify worker ended unexpectedly; starting it again")))
+        assert d.workers_running == 2 and d._workers != first  # one task replaced, none missing
+        await d.on_transitions([ready(a, "inbox", 1)])
+        await until(lambda: len(rx.ids) == 1)
     finally:
         await d.stop()
+    (ended,) = logs.events("notify worker ended unexpectedly; starting it again")
+    assert ended["error_type"] == "Escapes" and "test_dispatcher_limits.py" in ended["where"]
+
+
+async def test_a_stop_counts_and_logs_what_it_cuts_off(ndb: NotifyDB, logs: LogCapture) -> None:
+    a = await ndb.endpoint("ep-a")
+    await ndb.hook(a)
+    gate = asyncio.Event()  # never set: the attempt is in flight when the stop comes
+
+    class Hanging(Receiver):
+        async def send(self, url: str, *, body: bytes, headers: dict[str, str]) -> AttemptResult:
+            self.ids.append(headers["webhook-id"])
+            await gate.wait()
+            raise AssertionError("unreachable")
+
+    rx = Hanging()
+    d = dispatcher(ndb, rx, workers=1, per_owner_inflight=1, drain_timeout=0.05)
+    await d.start()
+    await d.on_transitions([ready(a, "inbox", i) for i in range(3)])
+    await until(lambda: len(rx.ids) == 1)
+    await d.stop()
+    dropped = metric(ndb, "switchboard_notify_hook_notifications_total", **DROPPED)
+    assert dropped == 3  # one in flight, two queued: each ends once, as dropped
+    assert sum(line["drops"] for line in drop_lines(logs)) == 3
+    assert {line["reason"] for line in drop_lines(logs)} == {"shutdown"}
 
 
 async def test_a_notification_past_its_attempts_is_refused_before_any_read(ndb: NotifyDB) -> None:
