@@ -90,6 +90,18 @@ class WindowLimiter:
         self._log.move_to_end(key)
         return 0.0
 
+    def wait(self, key: str) -> float:
+        """Seconds until ``key`` could be admitted (0.0: now), taking nothing: for a scheduler that
+        leaves a full key out of its next claim instead of dropping its work."""
+        now = self.clock.now()
+        times = self._log.get(key)
+        if times is None or len(times) < self.limit:
+            return 0.0
+        oldest = times[0] - max(0.0, times[-1] - now)  # as take() would see it after a clock step back
+        if now - oldest > self.window:
+            return 0.0
+        return max(oldest + self.window - now, 1e-9)
+
     def used(self, key: str) -> int:
         """Admissions for ``key`` within the last window (for metrics and tests)."""
         now = self.clock.now()

@@ -50,9 +50,11 @@ def test_a_burst_gets_the_limit_and_no_more_until_the_oldest_leaves_the_window()
     clock.advance(30)
     assert not limiter.allow("nh_1")  # a token bucket refilling 2/s would have 60 here
     assert limiter.take("nh_1") == pytest.approx(30.0)  # until the first of the burst is a window old
+    assert limiter.wait("nh_1") == pytest.approx(30.0) and limiter.wait("nh_other") == 0.0  # a peek
     clock.advance(30)
     assert not limiter.allow("nh_1")  # exactly 60 s: still inside the closed window
     clock.advance(0.001)
+    assert limiter.wait("nh_1") == 0.0
     assert sum(limiter.allow("nh_1") for _ in range(200)) == 120
     assert limiter.allow("nh_2")  # keys are independent
 
