@@ -286,13 +286,15 @@ async def test_a_hook_its_human_disabled_stays_disabled_through_a_rotate(tmp_pat
 
 
 async def test_a_signing_failure_leaves_the_worker_pool_whole(tmp_path: Path) -> None:
-    """The bad hook's stored secret is one the signer refuses (a hex ``whsec_``, as a legacy row could
-    hold): every attempt to it raises in the signer. Forty of them, more than a worker process's 32
-    workers: if each ended a worker, the good hook on the same endpoint would stop being served."""
+    """Four hooks whose stored secret the signer refuses (a hex ``whsec_``, as a legacy row could hold):
+    every attempt to them raises in the signer. Each fails 10 deliveries before it is disabled, over 40
+    failures in all, more than a worker process's 32 workers: if each ended a worker, the good hook on
+    the same endpoint (so the same worker process) would stop being served."""
     async with served(tmp_path) as s:
-        bad, good = await s.receiver(), await s.receiver()
+        bad = [await s.receiver() for _ in range(4)]
+        good = await s.receiver()
         a = await s.agent()
-        bad_id = (await a.ok("create_notify_hook", {"url": bad.hook_url()}))["hook_id"]
+        bad_ids = [(await a.ok("create_notify_hook", {"url": r.hook_url()}))["hook_id"] for r in bad]
         await a.ok("create_notify_hook", {"url": good.hook_url()})
         envelope = Envelope(load_or_create_key(TEST_CRED_KEY, s.server.data_dir))
         engine = create_async_engine(
@@ -300,33 +302,41 @@ async def test_a_signing_failure_leaves_the_worker_pool_whole(tmp_path: Path) ->
         )
         try:
             async with engine.begin() as conn:
-                sealed = envelope.seal("whsec_" + "ab" * 32, f"notify_hooks:{bad_id}:secret")
-                await conn.execute(
-                    update(notify_hooks).where(notify_hooks.c.id == bad_id).values(secret_enc=sealed)
-                )
+                for hook_id in bad_ids:
+                    sealed = envelope.seal("whsec_" + "ab" * 32, f"notify_hooks:{hook_id}:secret")
+                    stmt = update(notify_hooks).where(notify_hooks.c.id == hook_id).values(secret_enc=sealed)
+                    await conn.execute(stmt)
         finally:
             await engine.dispose()
 
-        await s.deliver(40)
+        todos = await s.deliver(12)
 
-        async def all_ended() -> bool:
-            return (
-                await s.metric("switchboard_notify_worker_errors_total", stage="sign") == 40
-                and await outcome(s, "delivered") == 40
-            )
+        async def bad_ones_disabled() -> bool:
+            hooks = {h["hook_id"]: h for h in (await a.ok("list_notify_hooks"))["hooks"]}
+            return all(not hooks[h]["enabled"] for h in bad_ids)
 
-        await s.until("forty signing failures and forty deliveries", all_ended)
+        await s.until("the four unsignable hooks disabled", bad_ones_disabled)
+        await s.until(
+            "the good hook served every todo", lambda: {todo_of(q) for q in good.requests} >= set(todos)
+        )
+
+        async def sign_errors() -> float:  # once the worker process's counters reached /metrics
+            n = await s.metric("switchboard_notify_worker_errors_total", stage="sign")
+            return n if n >= 40 and n == len(s.log("notify worker error")) else 0.0
+
+        # each unsignable hook failed 10 deliveries (or a few more, in flight at its 10th): more
+        # failures than a worker process has workers
+        errors = await s.until("forty signing failures counted and logged", sign_errors)
         (last,) = await s.deliver(1)
         await s.until(
             "the next notification is delivered", lambda: any(todo_of(q) == last for q in good.requests)
         )
-
-        async def the_last_failed_too() -> bool:
-            return await s.metric("switchboard_notify_worker_errors_total", stage="sign") == 41
-
-        await s.until("the last notification's signing failure", the_last_failed_too)
-        assert bad.requests == [] and await outcome(s, "failed") == 41
-        errors = s.log("notify worker error")
-        assert len(errors) == 41 and {e["hook_id"] for e in errors} == {bad_id}
-        assert {(e["stage"], e["error_type"]) for e in errors} == {("sign", "ValueError")}
+        assert all(r.requests == [] for r in bad)
+        hooks = {h["hook_id"]: h for h in (await a.ok("list_notify_hooks"))["hooks"]}
+        assert {(hooks[h]["disabled_reason"], hooks[h]["last_error"]) for h in bad_ids} == {
+            ("consecutive_failures", "internal_error")
+        }
+        logged = s.log("notify worker error")
+        assert len(logged) == errors and {e["hook_id"] for e in logged} == set(bad_ids)
+        assert {(e["stage"], e["error_type"]) for e in logged} == {("sign", "ValueError")}
         assert "hex secrets are refused" not in s.log_text() and "whsec_ab" not in s.log_text()

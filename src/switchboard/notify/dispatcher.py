@@ -511,7 +511,11 @@ class Dispatcher:
     def _internal_error(self, n: Notification, exc: Exception) -> None:
         """An error outside the per-attempt handler (building or signing an attempt, a bug): logged with
         the ids, the stage, the error's type and where it was raised, never its message (it could
-        quote a secret); the notification ends as failed; the worker goes on to the next one."""
+        quote a secret); the notification ends as failed; the worker goes on to the next one.
+
+        An error while building or sending the attempt (``sign``, ``send``) is also a failed delivery of
+        that hook (``last_error = "internal_error"``), so the endpoint sees it in list_notify_hooks and a
+        hook that can never be signed is disabled at the 10th, like any dead hook."""
         self.metrics.notify_worker_errors.labels(n.stage).inc()
         log.error(
             "notify worker error",
@@ -522,7 +526,10 @@ class Dispatcher:
             error_type=type(exc).__name__,
             where=_where(exc),
         )
-        self._end(n, "failed")
+        if self._end(n, "failed") and n.stage in ("sign", "send"):
+            self._fold(n.hook_id).failed(None, "internal_error", ms(self.clock.now()), n.id)
+            self._health_due.set()
+            self._health_urgent.set()  # it may be the 10th: write it now, as for any possible disable
 
     def _may_attempt(self, n: Notification) -> bool:
         """REQ-7's cap, checked right before an attempt starts, whatever handed ``n`` to this worker (a

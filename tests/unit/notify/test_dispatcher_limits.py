@@ -233,6 +233,8 @@ async def test_a_failing_signer_leaves_the_pool_whole_and_the_next_notification_
         await asyncio.wait_for(d.idle(), 10)
         assert d.workers_running == 3
         assert rx.ids == []
+        row = await ndb.row(hook.id)  # seven failed deliveries of the hook, as the endpoint will see them
+        assert (row.consecutive_failures, row.last_error, row.enabled) == (7, "internal_error", True)
         await d.on_transitions([ready(a, "inbox", 100)])
         await asyncio.wait_for(d.idle(), 10)
         assert len(rx.ids) == 1  # the next notification is delivered
