@@ -20,7 +20,13 @@ from switchboard.store.presence import PresenceReturn
 from switchboard.store.transitions import Transition
 
 # The series the worker's dispatcher moves, relayed into the server's registry (SPEC-0023, REQ-11).
-RELAYED = ("notify_notifications", "notify_attempts", "notify_disabled", "notify_queue_depth")
+RELAYED = (
+    "notify_notifications",
+    "notify_attempts",
+    "notify_disabled",
+    "notify_worker_errors",
+    "notify_queue_depth",
+)
 
 _TRANSITION_FIELDS = tuple(f.name for f in dataclasses.fields(Transition))
 
