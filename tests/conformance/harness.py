@@ -355,7 +355,7 @@ class WebHuman:
         url = found(INBOUND, r.text)
         secret = found(SECRET, r.text) if trust != "token" else None
         path = "/" + url.split("/", 3)[3]
-        reveal(path.rsplit("/", 1)[-1], secret)
+        reveal(path.rsplit("/", 1)[-1] if trust == "token" else None, secret)
         return path, secret
 
     async def route(self, source: str, queue: str, endpoint: str) -> None:
