@@ -500,6 +500,15 @@ async def next_body(rcv: HTTPSReceiver, timeout: float = 15.0) -> tuple[Recorded
     return request, json.loads(request.body)
 
 
+async def body_for(rcv: HTTPSReceiver, todo_id: str, timeout: float = 15.0) -> dict[str, Any]:
+    """The next notification about ``todo_id`` (earlier queued requests are skipped)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        _, sent = await next_body(rcv, timeout=max(0.1, deadline - time.monotonic()))
+        if sent.get("todo_id") == todo_id:
+            return sent
+
+
 async def wait_until(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
     """Poll an (async or plain) check until it returns something truthy, within ``timeout``."""
     deadline = time.monotonic() + timeout

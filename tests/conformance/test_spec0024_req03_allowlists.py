@@ -9,7 +9,9 @@ from tests.conformance.harness import Conf, ServerSpec, tenant, unique
 BROAD = ServerSpec(
     "req03-broad", {"notify_hook_allow_cidrs": "0.0.0.0/0", "push_allow_http": "true"}, humans=("alice",)
 )
-COVERING = ServerSpec("req03-covering", {"notify_hook_allow_cidrs": "100.64.0.0/10,fc00::/7"}, humans=("alice",))
+COVERING = ServerSpec(
+    "req03-covering", {"notify_hook_allow_cidrs": "100.64.0.0/10,fc00::/7"}, humans=("alice",)
+)
 SERVERS = [BROAD, COVERING]
 
 

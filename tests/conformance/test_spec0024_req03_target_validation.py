@@ -11,7 +11,16 @@ from __future__ import annotations
 
 import json
 
-from tests.conformance.harness import Conf, ServerSpec, ip_url, next_body, receiver, tenant, unique, wait_until
+from tests.conformance.harness import (
+    Conf,
+    ServerSpec,
+    ip_url,
+    next_body,
+    receiver,
+    tenant,
+    unique,
+    wait_until,
+)
 from tests.support.receivers import ListeningSocket, redirect
 
 SERVER = ServerSpec(

@@ -29,7 +29,18 @@ SERVER = ServerSpec(
     {"notify_hook_allow_cidrs": "127.0.0.1/32", "reaper_interval": 0.2, "retry_base_seconds": 0.3},
     humans=("alice",),
 )
-READY_FIELDS = {"type", "reason", "todo_id", "queue", "kind", "source", "summary", "endpoint", "attempt", "created_at"}
+READY_FIELDS = {
+    "type",
+    "reason",
+    "todo_id",
+    "queue",
+    "kind",
+    "source",
+    "summary",
+    "endpoint",
+    "attempt",
+    "created_at",
+}
 
 
 async def only_the_sentinel(a: Tenant, rcv: HTTPSReceiver, seen: int = 0) -> None:
@@ -132,9 +143,13 @@ async def test_req06_redelivery_does_not_re_fire(conf: Conf) -> None:
         await a.hook(ip_url(rcv))
         path = a.inbound["inbox"]
         async with conf.http() as http:
-            first = await http.post(path, json={"title": "once"}, headers={"idempotency-key": "same-delivery"})
+            first = await http.post(
+                path, json={"title": "once"}, headers={"idempotency-key": "same-delivery"}
+            )
             _, sent = await next_body(rcv)
-            second = await http.post(path, json={"title": "once"}, headers={"idempotency-key": "same-delivery"})
+            second = await http.post(
+                path, json={"title": "once"}, headers={"idempotency-key": "same-delivery"}
+            )
         assert second.json()["deduplicated"] == 1 and sent["todo_id"] == first.json()["todos"][0]
         await only_the_sentinel(a, rcv, seen=1)
 
