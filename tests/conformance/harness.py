@@ -501,12 +501,17 @@ async def next_body(rcv: HTTPSReceiver, timeout: float = 15.0) -> tuple[Recorded
 
 
 async def body_for(rcv: HTTPSReceiver, todo_id: str, timeout: float = 15.0) -> dict[str, Any]:
-    """The next notification about ``todo_id`` (earlier queued requests are skipped)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        _, sent = await next_body(rcv, timeout=max(0.1, deadline - time.monotonic()))
-        if sent.get("todo_id") == todo_id:
-            return sent
+    """The notification about ``todo_id`` among everything ``rcv`` received (arrival order varies)."""
+
+    def find() -> dict[str, Any] | None:
+        for request in rcv.requests:
+            sent = json.loads(request.body)
+            if sent.get("todo_id") == todo_id:
+                return dict(sent)
+        return None
+
+    found: dict[str, Any] = await wait_until(find, timeout=timeout, what=f"a notification for {todo_id}")
+    return found
 
 
 async def wait_until(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
