@@ -37,7 +37,7 @@ import trustme
 from prometheus_client.parser import text_string_to_metric_families
 
 from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
-from tests.reliability.procs import READY_TIMEOUT, ServerProcess, server_env, switchboard_command
+from tests.reliability.procs import ServerProcess, server_env, switchboard_command
 from tests.support.mcp_client import Agent, agent
 from tests.support.receivers import HTTPSReceiver, RecordedRequest, Respond
 from tests.support.secrets import reveal
@@ -45,6 +45,7 @@ from tests.support.world import gitea_delivery, pr_payload
 
 BOOT = Path(__file__).parent / "boot"
 HOSTS_ENV = "SBCONF_HOSTS_FILE"
+READY_TIMEOUT = 120.0  # every selected module's servers start at once on a 2-core box
 PASSWORD = "correct horse battery"
 HOOK_VERBS = (*DEFAULT_GRANT, *NOTIFY_HOOKS.verbs)
 RECEIVER_NAMES = ("127.0.0.1", "hooks.test", "dispatch.test")

@@ -35,3 +35,25 @@ def _install(path: str) -> None:
 _hosts = os.environ.get("SBCONF_HOSTS_FILE")
 if _hosts:
     _install(_hosts)
+
+
+def _fail_signing(marker: bytes) -> None:
+    """``SBCONF_SIGNER_FAILS``: the signer raises for any body containing the marker, so a test can
+    inject a failure between building an attempt and sending it (REQ-12)."""
+    import switchboard.push as push
+    from switchboard.push import _signer
+
+    real = _signer.standard_headers
+
+    def standard_headers(secrets: object, msg_id: str, timestamp: int, body: bytes) -> dict[str, str]:
+        if marker in body:
+            raise RuntimeError("injected signer failure (tests/conformance)")
+        return real(secrets, msg_id, timestamp, body)  # type: ignore[arg-type]
+
+    push.standard_headers = standard_headers  # type: ignore[assignment]
+    _signer.standard_headers = standard_headers  # type: ignore[assignment]
+
+
+_marker = os.environ.get("SBCONF_SIGNER_FAILS")
+if _marker:
+    _fail_signing(_marker.encode())
