@@ -41,7 +41,7 @@ def named_ids(line: dict[str, Any]) -> set[str]:
         value = line.get(key)
         if isinstance(value, str):
             ids.add(value)
-        elif isinstance(value, list | tuple) or isinstance(value, dict):
+        elif isinstance(value, (list | tuple, dict)):
             ids |= {str(v) for v in value}
     return ids
 
