@@ -111,6 +111,7 @@ class Conf:
         self._log_offset = 0
         self._lines: list[dict[str, Any]] = []
         self._cookies: dict[str, httpx.Cookies] = {}
+        self.migrated = threading.Event()  # the first CLI call has brought the schema up to date
 
     # -- lifecycle
 
@@ -122,8 +123,10 @@ class Conf:
                 self.cli("human", "create", f"{who}@example.com", "--password-stdin", stdin=PASSWORD + "\n")
 
             try:
-                first, *rest = self.spec.humans
-                create(first)  # migrates the database before anything else touches it
+                first, *rest = self.spec.humans or ("",)
+                if first:
+                    create(first)  # migrates the database before anything else touches it
+                self.migrated.set()
                 self.proc.start()
                 others = [threading.Thread(target=create, args=(who,)) for who in rest]
                 for t in others:
@@ -153,7 +156,11 @@ class Conf:
             else:
                 raise AssertionError(f"{self.spec.name} not ready:\n{self.proc.log_tail()}")
         # Ready means the notify worker processes are up as well: they log once each.
-        self.wait_lines_sync(lambda line: line.get("event") == "notify worker ready", self.expected_workers())
+        self.wait_lines_sync(
+            lambda line: line.get("event") == "notify worker ready",
+            self.expected_workers(),
+            timeout=READY_TIMEOUT,
+        )
 
     def expected_workers(self) -> int:
         if int(self.spec.settings.get("notify_hook_ceiling", 5)) == 0:
