@@ -31,6 +31,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             continue
         seen.add(module.__name__)
         for spec in specs_of(module):
+            FLEET.users[spec.name] = FLEET.users.get(spec.name, 0) + 1
             FLEET.prestart(spec)
 
 
@@ -49,8 +50,7 @@ def conf(request: pytest.FixtureRequest) -> Iterator[Conf]:
     spec: ServerSpec = request.module.SERVER
     server = FLEET.get(spec)
     yield server
-    _checked(server)
-    FLEET.release(spec)
+    FLEET.done(spec, _checked)
 
 
 @pytest.fixture(scope="module")
@@ -60,5 +60,4 @@ def confs(request: pytest.FixtureRequest) -> Iterator[dict[str, Conf]]:
     servers = {spec.name: FLEET.get(spec) for spec in specs}
     yield servers
     for spec in specs:
-        _checked(servers[spec.name])
-        FLEET.release(spec)
+        FLEET.done(spec, _checked)

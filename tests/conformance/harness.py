@@ -45,7 +45,8 @@ from tests.support.world import gitea_delivery, pr_payload
 
 BOOT = Path(__file__).parent / "boot"
 HOSTS_ENV = "SBCONF_HOSTS_FILE"
-READY_TIMEOUT = 120.0  # every selected module's servers start at once on a 2-core box
+READY_TIMEOUT = 120.0  # a loaded 2-core box
+BOOTING = threading.Semaphore(2)  # servers booting at once: argon2 hashing and imports are CPU-bound
 PASSWORD = "correct horse battery"
 HOOK_VERBS = (*DEFAULT_GRANT, *NOTIFY_HOOKS.verbs)
 RECEIVER_NAMES = ("127.0.0.1", "hooks.test", "dispatch.test")
@@ -119,31 +120,34 @@ class Conf:
         """In a background thread: the humans through the CLI (which migrates), then ``serve``."""
 
         def run() -> None:
-            def create(who: str) -> None:
-                self.cli("human", "create", f"{who}@example.com", "--password-stdin", stdin=PASSWORD + "\n")
-
             try:
-                first, *rest = self.spec.humans or ("",)
-                if first:
-                    create(first)  # migrates the database before anything else touches it
-                self.migrated.set()
-                self.proc.start()
-                others = [threading.Thread(target=create, args=(who,)) for who in rest]
-                for t in others:
-                    t.start()
-                for t in others:
-                    t.join(timeout=120)
+                with BOOTING:
+                    self._boot()
             except BaseException as exc:
                 self._boot_error = exc
 
         self._booting = threading.Thread(target=run, name=f"boot-{self.spec.name}", daemon=True)
         self._booting.start()
 
-    def wait_ready(self) -> None:
-        assert self._booting is not None
-        self._booting.join(timeout=120)
-        if self._boot_error is not None:
-            raise self._boot_error
+    def _boot(self) -> None:
+        """The humans, then ``serve``, until it answers /healthz (so at most ``BOOTING`` boot at once)."""
+
+        def create(who: str) -> None:
+            self.cli("human", "create", f"{who}@example.com", "--password-stdin", stdin=PASSWORD + "\n")
+
+        first, *rest = self.spec.humans or ("",)
+        if first:
+            create(first)  # migrates the database before anything else touches it
+        self.migrated.set()
+        self.proc.start()
+        others = [threading.Thread(target=create, args=(who,)) for who in rest]
+        for t in others:
+            t.start()
+        for t in others:
+            t.join(timeout=180)
+        self._healthy()
+
+    def _healthy(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT
         with httpx.Client(base_url=self.base_url, timeout=2) as http:
             while time.monotonic() < deadline:
@@ -151,10 +155,16 @@ class Conf:
                     raise AssertionError(f"{self.spec.name} exited:\n{self.proc.log_tail()}")
                 with contextlib.suppress(httpx.TransportError):
                     if http.get("/healthz").status_code == 200:
-                        break
+                        return
                 time.sleep(0.05)
-            else:
-                raise AssertionError(f"{self.spec.name} not ready:\n{self.proc.log_tail()}")
+        raise AssertionError(f"{self.spec.name} not ready:\n{self.proc.log_tail()}")
+
+    def wait_ready(self) -> None:
+        assert self._booting is not None
+        self._booting.join(timeout=600)
+        if self._boot_error is not None:
+            raise self._boot_error
+        self._healthy()
         # Ready means the notify worker processes are up as well: they log once each.
         self.wait_lines_sync(
             lambda line: line.get("event") == "notify worker ready",
@@ -194,7 +204,7 @@ class Conf:
             capture_output=True,
             text=True,
             env=self.env,
-            timeout=60,
+            timeout=180,
             check=False,
         )
         if done.returncode != 0:
@@ -535,6 +545,21 @@ async def wait_until(check: Callable[[], Any], timeout: float = 20.0, what: str 
         await asyncio.sleep(0.1)
 
 
+MARKER = "SIGNER-FAIL-MARKER"  # bodies carrying it fail in the signer (boot/sitecustomize.py, REQ-12)
+
+NOTIFY = ServerSpec(
+    "notify",
+    {
+        "notify_hook_allow_cidrs": "127.0.0.1/32",
+        "reaper_interval": 0.2,  # a lease expiry is requeued within 0.2 s, not 5 s
+        "retry_base_seconds": 0.3,  # a failed todo is due again after 0.3 s, not 30 s
+        "SBCONF_SIGNER_FAILS": MARKER,
+    },
+    hosts={"hooks.test": ["127.0.0.1"], "dispatch.test": ["127.0.0.1"]},
+)
+"""The server the SPEC-0024 modules share (each test uses its own endpoints and receivers)."""
+
+
 # -- the fleet -----------------------------------------------------------------------------------------
 
 
@@ -547,6 +572,7 @@ class Fleet:
         self.servers: dict[str, Conf] = {}
         self._lock = threading.Lock()
         self._stopping: list[threading.Thread] = []
+        self.users: dict[str, int] = {}  # selected modules per server: it stops after the last one
 
     @property
     def root(self) -> Path:
@@ -579,6 +605,15 @@ class Fleet:
         conf = self.prestart(spec, database_url)
         conf.wait_ready()
         return conf
+
+    def done(self, spec: ServerSpec, check: Callable[[Conf], None]) -> None:
+        """A module is done with ``spec``: after the last one, ``check`` its log and stop it."""
+        with self._lock:
+            self.users[spec.name] = self.users.get(spec.name, 1) - 1
+            last = self.users[spec.name] <= 0
+        if last and spec.name in self.servers:
+            check(self.servers[spec.name])
+            self.release(spec)
 
     def release(self, spec: ServerSpec) -> None:
         """Stop a module's server in the background (a graceful stop takes seconds; nothing waits on it)."""

@@ -12,8 +12,8 @@ import asyncio
 import json
 
 from tests.conformance.harness import (
+    NOTIFY,
     Conf,
-    ServerSpec,
     ip_url,
     next_body,
     receiver,
@@ -21,7 +21,7 @@ from tests.conformance.harness import (
 )
 from tests.support.receivers import ListeningSocket
 
-SERVER = ServerSpec("req01", {"notify_hook_allow_cidrs": "127.0.0.1/32"})
+SERVER = NOTIFY
 NOTIFY_VERBS = ("create_notify_hook", "list_notify_hooks", "rotate_notify_hook", "delete_notify_hook")
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 
 from tests.conformance.harness import (
+    NOTIFY,
     Conf,
-    ServerSpec,
     ip_url,
     next_body,
     receiver,
@@ -23,11 +23,7 @@ from tests.conformance.harness import (
 )
 from tests.support.receivers import ListeningSocket, redirect
 
-SERVER = ServerSpec(
-    "req03",
-    {"notify_hook_allow_cidrs": "127.0.0.1/32"},
-    hosts={"hooks.test": ["127.0.0.1"], "dispatch.test": ["127.0.0.1"]},
-)
+SERVER = NOTIFY
 
 
 async def refused(conf: Conf, url: str) -> str:

@@ -14,10 +14,10 @@ from datetime import datetime
 
 from standardwebhooks import Webhook
 
-from tests.conformance.harness import Conf, ServerSpec, ip_url, next_body, receiver, tenant
+from tests.conformance.harness import NOTIFY, Conf, ServerSpec, ip_url, next_body, receiver, tenant
 from tests.support.receivers import HangBeforeHeaders, RecordedRequest, Respond
 
-SIGNING = ServerSpec("req04", {"notify_hook_allow_cidrs": "127.0.0.1/32"}, humans=("alice",))
+SIGNING = NOTIFY
 GRACE_SECONDS = 6.0
 GRACE = ServerSpec(
     "req04-grace",

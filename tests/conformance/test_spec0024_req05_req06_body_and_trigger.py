@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 
 from tests.conformance.harness import (
+    NOTIFY,
     Conf,
-    ServerSpec,
     Tenant,
     ip_url,
     next_body,
@@ -24,11 +24,7 @@ from tests.conformance.harness import (
 from tests.support.receivers import HTTPSReceiver
 from tests.support.world import pr_payload
 
-SERVER = ServerSpec(
-    "req05",
-    {"notify_hook_allow_cidrs": "127.0.0.1/32", "reaper_interval": 0.2, "retry_base_seconds": 0.3},
-    humans=("alice",),
-)
+SERVER = NOTIFY  # its reaper runs every 0.2 s, a failed todo is due after 0.3 s
 READY_FIELDS = {
     "type",
     "reason",

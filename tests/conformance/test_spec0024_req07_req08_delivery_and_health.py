@@ -20,8 +20,8 @@ from typing import Any
 import trustme
 
 from tests.conformance.harness import (
+    NOTIFY,
     Conf,
-    ServerSpec,
     Tenant,
     body_for,
     delta,
@@ -38,7 +38,7 @@ from tests.support.receivers import (
     Respond,
 )
 
-SERVER = ServerSpec("req07", {"notify_hook_allow_cidrs": "127.0.0.1/32"}, humans=("alice",))
+SERVER = NOTIFY
 ATTEMPTS = "switchboard_notify_hook_attempts_total"
 NOTIFICATIONS = "switchboard_notify_hook_notifications_total"
 DISABLED = "switchboard_notify_hooks_disabled_total"

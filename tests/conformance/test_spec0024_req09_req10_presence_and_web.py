@@ -6,8 +6,8 @@ token."""
 from __future__ import annotations
 
 from tests.conformance.harness import (
+    NOTIFY,
     Conf,
-    ServerSpec,
     body_for,
     delta,
     ip_url,
@@ -17,7 +17,7 @@ from tests.conformance.harness import (
     wait_until,
 )
 
-SERVER = ServerSpec("req09", {"notify_hook_allow_cidrs": "127.0.0.1/32"})
+SERVER = NOTIFY
 BACKLOG_FIELDS = {"type", "reason", "endpoint", "pending", "queues", "oldest_pending_seconds", "created_at"}
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 
 from tests.conformance.harness import (
+    MARKER,
+    NOTIFY,
     Conf,
-    ServerSpec,
     body_for,
     delta,
     ip_url,
@@ -20,10 +21,7 @@ from tests.conformance.harness import (
 )
 from tests.support.receivers import Respond
 
-MARKER = "SIGNER-FAIL-MARKER"
-SERVER = ServerSpec(
-    "req11", {"notify_hook_allow_cidrs": "127.0.0.1/32", "SBCONF_SIGNER_FAILS": MARKER}, humans=("alice",)
-)
+SERVER = NOTIFY
 SERIES = {
     "switchboard_notify_hook_notifications_total": {
         "type": {"todo.ready", "todos.backlog"},
