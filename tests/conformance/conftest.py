@@ -22,6 +22,13 @@ def specs_of(module: ModuleType) -> list[ServerSpec]:
     return found
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark this suite ``conformance``, so ``-m "not conformance"`` leaves it out of a quick run."""
+    for item in items:
+        if item.nodeid.startswith("tests/conformance/"):
+            item.add_marker(pytest.mark.conformance)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start every selected module's servers now, in parallel (their start-up overlaps the first tests)."""
     seen: set[str] = set()

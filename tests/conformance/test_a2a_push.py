@@ -305,18 +305,17 @@ async def test_a2a_push_fan_out_to_every_config_up_to_the_per_task_ceiling(conf:
 
 
 async def test_a2a_push_nothing_is_sent_after_delete_and_delete_is_idempotent(conf: Conf) -> None:
-    async with receiver() as rcv, pair(conf) as p:
+    async with receiver() as rcv, receiver() as kept, pair(conf) as p:
         task = await p.send("deleted config")
         created = await p.config(task.id, ip(rcv))
+        await p.config(task.id, ip(kept))  # the sentinel: the same task's transitions reach it
         await p.client.delete_task_push_notification_config(
             DeleteTaskPushNotificationConfigRequest(task_id=task.id, id=created.id)
         )
         again = await p.rpc("DeleteTaskPushNotificationConfig", {"taskId": task.id, "id": created.id})
         assert "result" in again and again["result"] is None
         await p.finish(task.id)
-        async with receiver() as later:  # a config made after the delete hears the rest: the sentinel
-            await p.config(task.id, ip(later))
-            await p.worker.ok("list_todos")
+        assert [g.seq for g in await pushes(kept, 2)] == [2, 3]
         assert rcv.requests == []
 
 
