@@ -68,7 +68,9 @@ async def test_req07_queue_overflow(confs: dict[str, Conf]) -> None:
 
         async def every_drop_logged() -> bool:
             dropped = await counted()
-            logged = sum(int(line.get("drops", 1)) for line in conf.lines("notification dropped"))
+            logged = sum(
+                int(line.get("drops", line.get("count", 1))) for line in conf.lines("notification dropped")
+            )
             return dropped > 0 and logged == dropped
 
         # Lines are coalesced per reason per short window and flushed by a timer, not by the next drop.
