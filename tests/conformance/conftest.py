@@ -31,6 +31,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start every selected module's servers now, in parallel (their start-up overlaps the first tests)."""
+    if session.config.option.collectonly:
+        return
     seen: set[str] = set()
     for item in session.items:
         module = getattr(item, "module", None)

@@ -113,6 +113,7 @@ class Conf:
         self._lines: list[dict[str, Any]] = []
         self._cookies: dict[str, httpx.Cookies] = {}
         self.migrated = threading.Event()  # the first CLI call has brought the schema up to date
+        self._cancelled = threading.Event()  # set by stop(): a boot not begun yet never begins
 
     # -- lifecycle
 
@@ -122,7 +123,8 @@ class Conf:
         def run() -> None:
             try:
                 with BOOTING:
-                    self._boot()
+                    if not self._cancelled.is_set():
+                        self._boot()
             except BaseException as exc:
                 self._boot_error = exc
 
@@ -192,8 +194,9 @@ class Conf:
         self.wait_ready()
 
     def stop(self) -> None:
+        self._cancelled.set()
         if self._booting is not None:
-            self._booting.join(timeout=120)
+            self._booting.join(timeout=180)
         self.proc.stop()
 
     def cli(self, *args: str, stdin: str | None = None) -> dict[str, Any]:
