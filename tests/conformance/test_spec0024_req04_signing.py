@@ -121,7 +121,8 @@ async def test_req04_grace_end_destroys_the_previous_secret(confs: dict[str, Con
         await a.todo("inside the grace")
         request, _ = await next_body(rcv)
         assert len(entries(request)) == 2
-        await asyncio.sleep(max(0.0, until.timestamp() - time.time()) + 0.5)  # the grace is wall-clock time
+        # The grace is wall-clock time; previous_secret_valid_until is shown to the second (rounded down).
+        await asyncio.sleep(max(0.0, until.timestamp() - time.time()) + 1.5)
         await a.todo("after the grace")
         request, _ = await next_body(rcv)
         assert entries(request) == [expected_signature(new, request)]

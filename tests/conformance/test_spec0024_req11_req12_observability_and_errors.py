@@ -52,7 +52,7 @@ async def test_req11_secret_never_logged(conf: Conf) -> None:
             for part in (request.header("webhook-signature") or "").split(" ")
             if "," in part
         }
-        assert len(signatures) >= 5
+        assert len(signatures) >= 3  # two attempts in one second carry the same signature
         for needle in (
             old,
             new,
