@@ -534,6 +534,13 @@ def serve(settings: Settings) -> int:
                     "switchboard listening", url=_listen_url(settings, self), instance=services.instance_id
                 )
 
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            # Before uvicorn waits for requests in flight: let long-waiting ones (an A2A SendMessage
+            # waiting for its task) answer now instead of holding the stop.
+            for hook in services.extras.get("on_draining", []):
+                hook()
+            await super().shutdown(sockets=sockets)
+
     config = uvicorn.Config(
         app,
         host=settings.listen_host,

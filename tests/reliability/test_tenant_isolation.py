@@ -132,7 +132,10 @@ async def tenants(tmp_path: Path) -> AsyncIterator[Tenants]:
         message = Message(
             message_id="m-1", role=Role.ROLE_USER, parts=[Part(text="hi")], metadata={"queue": "inbox"}
         )
-        (task,) = [e.task async for e in alice_a2a.send_message(SendMessageRequest(message=message))]
+        # returnImmediately: the SDK client otherwise waits (docs/a2a.md) for a task no one works here.
+        request = SendMessageRequest(message=message)
+        request.configuration.return_immediately = True
+        (task,) = [e.task async for e in alice_a2a.send_message(request)]
         config = await alice_a2a.create_task_push_notification_config(
             TaskPushNotificationConfig(
                 task_id=task.id, url=f"https://hooks.test:{closed_port()}/a2a", token="t" * 16
