@@ -56,19 +56,16 @@ async def test_req09_an_on_demand_dispatcher_ignores_presence(conf: Conf) -> Non
 
 
 async def test_req09_an_operator_override_back_in_sends_the_backlog_with_reason_operator(conf: Conf) -> None:
-    async with receiver() as held, tenant(conf) as a:
+    async with receiver() as held, receiver() as on_demand, tenant(conf) as a:
         await a.hook(ip_url(held))
-        assert (
-            await a.human.post(
-                f"/endpoints/{a.slug}/presence", {"state": "out"}, csrf_from=f"/endpoints/{a.slug}"
-            )
-        ).status_code == 303
-        await a.todos(2, "while overridden out")
-        assert (
-            await a.human.post(
-                f"/endpoints/{a.slug}/presence", {"state": "in"}, csrf_from=f"/endpoints/{a.slug}"
-            )
-        ).status_code == 303
+        await a.hook(ip_url(on_demand), ignore_presence=True)  # the sentinel: fires while out
+        card = f"/endpoints/{a.slug}"
+        assert (await a.human.post(f"{card}/presence", {"state": "out"}, csrf_from=card)).status_code == 303
+        ids = await a.todos(2, "while overridden out")
+        for todo_id in ids:  # both were matched while the override held the hook
+            await body_for(on_demand, todo_id)
+        assert held.requests == []
+        assert (await a.human.post(f"{card}/presence", {"state": "in"}, csrf_from=card)).status_code == 303
         _, backlog = await next_body(held)
         assert (
             backlog["type"] == "todos.backlog" and backlog["reason"] == "operator" and backlog["pending"] == 2
