@@ -14,6 +14,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
 from switchboard import __version__
+from switchboard.a2a.card import A2A_PATH
+from switchboard.boundary import JsonBoundary, jsonrpc_error, oauth_error
 from switchboard.ingest.app import Ingest
 from switchboard.obs.logs import get_logger
 from switchboard.priority import InboundTracking, inbound_priority
@@ -86,6 +88,9 @@ def create_app(services: Services, *, components: Sequence[Component] | None = N
     # Inbound write requests go first on the event loop: outbound senders yield to them (priority.py).
     gate = inbound_priority(services)
     middleware = [] if gate is None else [Middleware(InboundTracking, gate=gate)]
+    # Malformed JSON is refused before authentication or any SDK parser sees it (boundary.py).
+    json_paths = [("/mcp", jsonrpc_error), (A2A_PATH, jsonrpc_error), ("/register", oauth_error)]
+    middleware.append(Middleware(JsonBoundary, max_body_bytes=settings.max_body_bytes, paths=json_paths))
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.services = services
     return app

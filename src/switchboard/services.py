@@ -15,6 +15,7 @@ from switchboard.obs.metrics import Metrics
 from switchboard.settings import Settings
 from switchboard.store.accounts import AccountStore
 from switchboard.store.db import Database
+from switchboard.store.files import secure_data_dir
 from switchboard.store.presence import PresenceStore
 from switchboard.store.sources import SourceStore
 from switchboard.store.todos import RetryPolicy, TodoStore
@@ -57,6 +58,8 @@ def build_services(
     clock = clock or SystemClock()
     instance_id = settings.instance_id or f"{socket.gethostname()}-{os.getpid()}-{new_id('i')[-6:]}"
     metrics = Metrics()
+    if settings.data_dir.exists() or settings.cred_key is None or not settings.database_url:
+        secure_data_dir(settings.data_dir)  # 0700: cred.key and the SQLite database live here
     db = Database(settings.resolved_database_url())
     envelope = Envelope(load_or_create_key(settings.cred_key, settings.data_dir))
     hub = TransitionHub(metrics, instance_id=instance_id)

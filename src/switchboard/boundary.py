@@ -1,0 +1,109 @@
+"""The JSON boundary in front of the SDK-served surfaces (/mcp, /a2a, /register).
+
+The MCP and A2A SDKs and the OAuth registration route parse request bodies themselves, after
+authentication for some and with their own limits: a body nested a thousand levels deep became a 500 on
+/a2a, invalid UTF-8 an error quoting the codec, NaN passed into tool arguments, a lone surrogate reached
+the store. This layer reads each POST body once, capped at ``max_body_bytes``, and refuses with a 4xx
+and a fixed message whatever :func:`switchboard.text.loads_strict` refuses, before any authentication
+or SDK code runs. What passes is replayed to the app byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from switchboard.text import Unstorable, loads_strict
+
+JSONRPC_PARSE_ERROR = -32700
+JSONRPC_INVALID_REQUEST = -32600
+
+
+def jsonrpc_error(code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+
+
+def oauth_error(_code: int, message: str) -> dict[str, Any]:
+    return {"error": "invalid_client_metadata", "error_description": message}
+
+
+Shape = Callable[[int, str], dict[str, Any]]
+
+
+class TooLarge(Exception):
+    pass
+
+
+class JsonBoundary:
+    """ASGI middleware: for POSTs to ``paths``, a capped, strictly parsed body or a 4xx."""
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int, paths: Iterable[tuple[str, Shape]]) -> None:
+        self.app = app
+        self.cap = max_body_bytes
+        self.paths = dict(paths)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        shape = self.paths.get(scope.get("path", "")) if scope["type"] == "http" else None
+        if shape is None or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        try:
+            body = await self._read(scope, receive)
+        except TooLarge:
+            await _answer(send, 413, shape(JSONRPC_INVALID_REQUEST, f"bodies are capped at {self.cap} bytes"))
+            return
+        if body is None:  # the client went away mid-body: nobody to answer
+            return
+        try:
+            loads_strict(body)
+        except Unstorable as exc:
+            await _answer(send, 400, shape(JSONRPC_PARSE_ERROR, f"parse error: {exc}"))
+            return
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _read(self, scope: Scope, receive: Receive) -> bytes | None:
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and value.isdigit() and int(value) > self.cap:
+                raise TooLarge
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.cap:
+                raise TooLarge
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+
+async def _answer(send: Send, status: int, body: dict[str, Any]) -> None:
+    payload = json.dumps(body).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                (b"x-content-type-options", b"nosniff"),
+                (b"cache-control", b"no-store"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
