@@ -88,17 +88,17 @@ def loads_strict(body: bytes) -> Any:
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
-        raise Unstorable("the body is not UTF-8") from None
+        raise Unstorable("it is not UTF-8") from None
     try:
         value = json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError:
-        raise Unstorable("the body is not valid JSON") from None
+        raise Unstorable("a syntax error") from None
     except RecursionError:
-        raise Unstorable(f"the body nests deeper than {MAX_JSON_DEPTH} levels") from None
+        raise Unstorable(f"it nests deeper than {MAX_JSON_DEPTH} levels") from None
     except Unstorable:
         raise
     except ValueError:  # e.g. an integer literal past Python's digit limit
-        raise Unstorable("a number in the body is too large") from None
+        raise Unstorable("a number is too large") from None
     return admit(value)
 
 
@@ -130,7 +130,7 @@ def admit(value: Any, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
                 raise Unstorable("NaN and Infinity are not JSON")
         elif isinstance(item, dict | list):
             if depth > max_depth:
-                raise Unstorable(f"the value nests deeper than {max_depth} levels")
+                raise Unstorable(f"it nests deeper than {max_depth} levels")
             if isinstance(item, dict):
                 for key, inner in item.items():
                     if not isinstance(key, str) or _unencodable(key):

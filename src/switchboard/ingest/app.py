@@ -63,7 +63,7 @@ class Ingest:
 
     def _invalid_json(self, reason: str) -> JSONResponse:
         self._count("invalid_json")
-        return error(400, "invalid_json", reason)
+        return error(400, "invalid_json", f"the body is not valid JSON: {reason}")
 
     def _count(self, outcome: str) -> None:
         self.s.metrics.ingest.labels(outcome).inc()

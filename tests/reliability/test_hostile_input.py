@@ -1,0 +1,250 @@
+"""Issue 15, hostile input against the real ``switchboard serve`` process, driven from outside: poison
+text, malformed bodies, connection floods, cross-tenant routes, file modes, unverified twins."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import stat
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from switchboard.verbs import DEFAULT_GRANT
+from tests.reliability.procs import CliFailed, ServerProcess, Tenant, cli, provision, server_env, servers
+from tests.support.mcp_client import agent
+
+PARSER_WORDS = ("Traceback", "codec", "decode", "Expecting", "RecursionError", "line 1 column", "char ")
+HEADER_TIMEOUT = 3.0
+
+
+@contextlib.asynccontextmanager
+async def running(tmp_path: Path, **settings: str | float | int) -> AsyncIterator[tuple[ServerProcess, Tenant]]:
+    env = server_env(mcp_rate_per_minute=1_000_000, **settings)
+    data = tmp_path / "data"
+    tenant = await provision(env, data, slug="alice", verbs=DEFAULT_GRANT)
+    server = ServerProcess(data, env, name="hostile")
+    with servers(server):
+        server.start()
+        await server.ready()
+        yield server, tenant
+
+
+async def test_lone_surrogate_and_nan_webhooks_are_400_and_store_nothing(tmp_path: Path) -> None:
+    async with running(tmp_path) as (server, tenant), httpx.AsyncClient(base_url=server.base_url) as http:
+        poison = [
+            b'{"title": "x", "body": "\\ud800"}',
+            b'{"\\udfff": 1}',
+            b'{"n": NaN}',
+            b'{"n": -Infinity}',
+            b"[" * 70 + b"]" * 70,
+        ]
+        for body in poison:
+            r = await http.post(tenant.inbound_path, content=body)
+            assert r.status_code == 400, (body, r.text)
+            assert r.json()["error"] == "invalid_json"
+        good = await http.post(tenant.inbound_path, json={"title": "fine \u202e text", "ok": "\U0001f600"})
+        assert good.status_code == 202
+        async with agent(server.mcp_url, tenant.token) as a:
+            first = await a.ok("claim_next")
+            assert first["todo"]["id"] == good.json()["todos"][0]
+            assert first["todo"]["payload"]["ok"] == "\U0001f600"
+            assert (await a.ok("claim_next"))["todo"] is None  # nothing else was stored
+            await a.ok("ack", {"todo_id": first["todo"]["id"], "result": {"fine": True}})
+
+
+async def test_poison_ack_result_is_refused_before_any_change(tmp_path: Path) -> None:
+    async with running(tmp_path) as (server, tenant), httpx.AsyncClient(base_url=server.base_url) as http:
+        assert (await http.post(tenant.inbound_path, json={"title": "t"})).status_code == 202
+        async with agent(server.mcp_url, tenant.token) as a:
+            todo = (await a.ok("claim_next"))["todo"]
+            # The SDK client cannot even send a lone surrogate; a raw JSON-RPC body can. The boundary
+            # refuses it before authentication: 400, a JSON-RPC parse error, no parser text.
+            raw = (
+                b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ack","arguments":'
+                b'{"todo_id":"' + todo["id"].encode() + b'","result":"\\ud800"}}}'
+            )
+            for body in (raw, raw.replace(b'"\\ud800"', b"NaN")):
+                r = await http.post(
+                    "/mcp",
+                    content=body,
+                    headers={
+                        "authorization": f"Bearer {tenant.token}",
+                        "content-type": "application/json",
+                        "accept": "application/json, text/event-stream",
+                    },
+                )
+                assert r.status_code == 400 and r.json()["error"]["code"] == -32700
+            # Still claimed by us: the refused ack changed nothing, a good one completes it.
+            assert (await a.ok("heartbeat", {"todo_id": todo["id"]}))["todo"]["status"] == "claimed"
+            done = await a.ok("ack", {"todo_id": todo["id"], "result": {"deep": [[["ok"]]]}})
+            assert done["todo"]["status"] == "done"
+
+
+MALFORMED = {
+    "deep": b"[" * 5000,
+    "deep-object": b'{"a":' * 1200 + b"1" + b"}" * 1200,
+    "invalid-utf8": b'{"jsonrpc":"2.0","id":1,"method":"\xff\xfe"}',
+    "nan": b'{"jsonrpc":"2.0","id":1,"method":"x","params":{"v":NaN}}',
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+async def test_malformed_bodies_get_4xx_without_parser_text_on_every_surface(tmp_path: Path, case: str) -> None:
+    body = MALFORMED[case]
+    async with running(tmp_path) as (server, tenant), httpx.AsyncClient(base_url=server.base_url) as http:
+        paths = ["/a2a", "/mcp", tenant.inbound_path, "/register", "/login", "/sources/new", "/routes/new"]
+        for path in paths:
+            for headers in ({"content-type": "application/json"}, {}):
+                r = await http.post(path, content=body, headers=headers)
+                assert 400 <= r.status_code < 500, (path, r.status_code, r.text[:300])
+                assert not any(word in r.text for word in PARSER_WORDS), (path, r.text[:300])
+        assert (await http.get("/healthz")).status_code == 200
+
+
+async def test_register_bodies_are_capped_at_the_configured_limit(tmp_path: Path) -> None:
+    async with running(tmp_path) as (server, _), httpx.AsyncClient(base_url=server.base_url) as http:
+        filler = "x" * (2 * 1024 * 1024)
+        meta = {"redirect_uris": ["http://127.0.0.1:9/cb"], "client_name": "big", "extra": filler}
+        r = await http.post("/register", json=meta)
+        assert r.status_code == 413
+
+
+async def trickle(host: str, port: int, lines: list[float], index: int, stop: asyncio.Event) -> None:
+    """One hostile connection: silent (even index) or one byte a second (odd). Records when it closed."""
+    started = time.monotonic()
+    try:
+        reader, writer = await asyncio.open_connection(host, port)
+    except OSError:
+        lines[index] = -1.0
+        return
+    try:
+        while not stop.is_set():
+            if index % 2:
+                writer.write(b"G")
+                with contextlib.suppress(ConnectionError):
+                    await writer.drain()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    if await reader.read(1) == b"":
+                        lines[index] = time.monotonic() - started
+                        return
+    except ConnectionError:
+        lines[index] = time.monotonic() - started
+    finally:
+        writer.close()
+
+
+async def test_two_thousand_silent_or_trickling_connections_do_not_take_the_server_down(tmp_path: Path) -> None:
+    flood = 2000
+    async with running(tmp_path, header_timeout_seconds=HEADER_TIMEOUT, max_connections=1000) as (server, _):
+        log_before = server.log_path.read_text(errors="replace").count("\n")
+        closed_after = [0.0] * flood
+        stop = asyncio.Event()
+        tasks = [
+            asyncio.create_task(trickle("127.0.0.1", server.port, closed_after, i, stop)) for i in range(flood)
+        ]
+        slowest = 0.0
+        try:
+            async with httpx.AsyncClient(base_url=server.base_url, timeout=5) as http:
+                deadline = time.monotonic() + HEADER_TIMEOUT * 2 + 2
+                while time.monotonic() < deadline:
+                    started = time.monotonic()
+                    r = await http.get("/healthz", headers={"connection": "close"})
+                    took = time.monotonic() - started
+                    assert r.status_code == 200
+                    slowest = max(slowest, took)
+                    await asyncio.sleep(0.1)
+            async with asyncio.timeout(HEADER_TIMEOUT + 10):
+                await asyncio.gather(*tasks)
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        print(f"slowest /healthz during the flood: {slowest:.3f} s")
+        assert slowest < 1.0
+        # Every hostile connection was closed by the server, none later than its header deadline.
+        assert all(0 < t <= HEADER_TIMEOUT + 2.5 for t in closed_after if t != -1.0), sorted(closed_after)[-5:]
+        assert all(t != 0.0 for t in closed_after)
+        new_lines = server.log_path.read_text(errors="replace").splitlines()[log_before:]
+        about = [line for line in new_lines if "connection" in line.lower() or "accept" in line.lower()]
+        assert len(about) <= 5, about
+
+
+async def test_cli_refuses_a_cross_tenant_route(tmp_path: Path) -> None:
+    env = server_env()
+    data = tmp_path / "data"
+    await provision(env, data, slug="alice", verbs=DEFAULT_GRANT)
+    await provision(env, data, slug="bob", verbs=DEFAULT_GRANT)
+    with pytest.raises(CliFailed, match="no endpoint"):
+        await cli(env, data, "route", "create", "--source", "alice-src", "--queue", "inbox", "--endpoint", "bob")
+    routes = (await cli(env, data, "route", "list"))["routes"]
+    assert {(r["source"], r["endpoint"]) for r in routes} == {("alice-src", "alice"), ("bob-src", "bob")}
+    with pytest.raises(CliFailed, match="kind"):
+        await cli(
+            env, data, "route", "create", "--source", "alice-src", "--queue", "inbox", "--endpoint", "alice",
+            "--kind", "push\u202eevil",
+        )  # fmt: skip
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+async def test_data_directory_and_database_files_are_private(tmp_path: Path) -> None:
+    async with running(tmp_path) as (server, tenant), httpx.AsyncClient(base_url=server.base_url) as http:
+        assert (await http.post(tenant.inbound_path, json={"title": "t"})).status_code == 202
+        data = server.data_dir
+        assert mode(data) == 0o700
+        files = [data / "switchboard.db", data / "switchboard.db-wal", data / "switchboard.db-shm"]
+        assert [mode(f) for f in files if f.exists()] == [0o600] * len([f for f in files if f.exists()])
+        assert files[0].exists() and files[1].exists()
+        server.stop()
+        for f in files:
+            if f.exists():
+                f.chmod(0o644)
+        data.chmod(0o755)
+        server.start()
+        await server.ready()
+        assert mode(data) == 0o700
+        assert all(mode(f) == 0o600 for f in files if f.exists())
+
+
+def gitea_sig(secret: str, body: bytes) -> str:
+    return hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+async def test_unverified_twin_never_stands_in_for_the_signed_delivery(tmp_path: Path) -> None:
+    env = server_env()
+    data = tmp_path / "data"
+    tenant = await provision(env, data, slug="carol", verbs=DEFAULT_GRANT, kind="gitea", trust="none")
+    server = ServerProcess(data, env, name="twin")
+    with servers(server):
+        server.start()
+        await server.ready()
+        async with httpx.AsyncClient(base_url=server.base_url) as http:
+            event = {"x-gitea-event": "issues", "content-type": "application/json"}
+            fake = json.dumps({"action": "opened", "issue": {"title": "attacker"}}).encode()
+            real = json.dumps({"action": "opened", "issue": {"title": "genuine"}}).encode()
+            r1 = await http.post(tenant.inbound_path, content=fake, headers={**event, "x-gitea-delivery": "D1"})
+            assert r1.status_code == 202 and r1.json()["verified"] is False
+            signed = {**event, "x-gitea-delivery": "D1", "x-gitea-signature": gitea_sig(tenant.secret, real)}
+            r2 = await http.post(tenant.inbound_path, content=real, headers=signed)
+            assert r2.status_code == 202 and r2.json()["verified"] is True
+            assert r2.json()["deduplicated"] == 0 and len(r2.json()["todos"]) == 1
+            # The same signed body re-sent without its delivery header dedupes on the body while live.
+            bare = {**event, "x-gitea-signature": gitea_sig(tenant.secret, real)}
+            r3 = await http.post(tenant.inbound_path, content=real, headers=bare)
+            r4 = await http.post(tenant.inbound_path, content=real, headers=bare)
+            assert r3.json()["deduplicated"] == 0 and r4.json()["deduplicated"] == 1
+        async with agent(server.mcp_url, tenant.token) as a:
+            claimed = {}
+            while (todo := (await a.ok("claim_next"))["todo"]) is not None:
+                claimed[todo["id"]] = todo["payload"]["issue"]["title"]
+        assert claimed[r2.json()["todos"][0]] == "genuine"
+        assert claimed[r1.json()["todos"][0]] == "attacker"
