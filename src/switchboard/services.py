@@ -72,7 +72,7 @@ def build_services(
         metrics=metrics,
         hub=hub,
         todos=TodoStore(db, hub, clock, retry),
-        accounts=AccountStore(db, clock),
+        accounts=AccountStore(db, clock, endpoints_per_human=settings.endpoints_per_human),
         sources=SourceStore(db, envelope, clock),
         presence=PresenceStore(db, clock),
         instance_id=instance_id,

@@ -26,7 +26,9 @@ HEADER_TIMEOUT = 3.0
 
 
 @contextlib.asynccontextmanager
-async def running(tmp_path: Path, **settings: str | float | int) -> AsyncIterator[tuple[ServerProcess, Tenant]]:
+async def running(
+    tmp_path: Path, **settings: str | float | int
+) -> AsyncIterator[tuple[ServerProcess, Tenant]]:
     env = server_env(mcp_rate_per_minute=1_000_000, **settings)
     data = tmp_path / "data"
     tenant = await provision(env, data, slug="alice", verbs=DEFAULT_GRANT)
@@ -97,7 +99,9 @@ MALFORMED = {
 
 
 @pytest.mark.parametrize("case", sorted(MALFORMED))
-async def test_malformed_bodies_get_4xx_without_parser_text_on_every_surface(tmp_path: Path, case: str) -> None:
+async def test_malformed_bodies_get_4xx_without_parser_text_on_every_surface(
+    tmp_path: Path, case: str
+) -> None:
     body = MALFORMED[case]
     async with running(tmp_path) as (server, tenant), httpx.AsyncClient(base_url=server.base_url) as http:
         paths = ["/a2a", "/mcp", tenant.inbound_path, "/register", "/login", "/sources/new", "/routes/new"]
@@ -117,7 +121,9 @@ async def test_register_bodies_are_capped_at_the_configured_limit(tmp_path: Path
         assert r.status_code == 413
 
 
-async def test_two_thousand_silent_or_trickling_connections_do_not_take_the_server_down(tmp_path: Path) -> None:
+async def test_two_thousand_silent_or_trickling_connections_do_not_take_the_server_down(
+    tmp_path: Path,
+) -> None:
     flood = 2000
     async with running(tmp_path, header_timeout_seconds=HEADER_TIMEOUT, max_connections=1000) as (server, _):
         log_before = server.log_path.read_text(errors="replace").count("\n")
@@ -155,7 +161,9 @@ async def test_cli_refuses_a_cross_tenant_route(tmp_path: Path) -> None:
     await provision(env, data, slug="alice", verbs=DEFAULT_GRANT)
     await provision(env, data, slug="bob", verbs=DEFAULT_GRANT)
     with pytest.raises(CliFailed, match="no endpoint"):
-        await cli(env, data, "route", "create", "--source", "alice-src", "--queue", "inbox", "--endpoint", "bob")
+        await cli(
+            env, data, "route", "create", "--source", "alice-src", "--queue", "inbox", "--endpoint", "bob"
+        )
     routes = (await cli(env, data, "route", "list"))["routes"]
     assert {(r["source"], r["endpoint"]) for r in routes} == {("alice-src", "alice"), ("bob-src", "bob")}
     with pytest.raises(CliFailed, match="kind"):
@@ -204,7 +212,9 @@ async def test_unverified_twin_never_stands_in_for_the_signed_delivery(tmp_path:
             event = {"x-gitea-event": "issues", "content-type": "application/json"}
             fake = json.dumps({"action": "opened", "issue": {"title": "attacker"}}).encode()
             real = json.dumps({"action": "opened", "issue": {"title": "genuine"}}).encode()
-            r1 = await http.post(tenant.inbound_path, content=fake, headers={**event, "x-gitea-delivery": "D1"})
+            r1 = await http.post(
+                tenant.inbound_path, content=fake, headers={**event, "x-gitea-delivery": "D1"}
+            )
             assert r1.status_code == 202 and r1.json()["verified"] is False
             signed = {**event, "x-gitea-delivery": "D1", "x-gitea-signature": gitea_sig(tenant.secret, real)}
             r2 = await http.post(tenant.inbound_path, content=real, headers=signed)
@@ -221,3 +231,13 @@ async def test_unverified_twin_never_stands_in_for_the_signed_delivery(tmp_path:
                 claimed[todo["id"]] = todo["payload"]["issue"]["title"]
         assert claimed[r2.json()["todos"][0]] == "genuine"
         assert claimed[r1.json()["todos"][0]] == "attacker"
+
+
+async def test_endpoints_per_human_are_capped(tmp_path: Path) -> None:
+    env = server_env(endpoints_per_human=2)
+    data = tmp_path / "data"
+    await provision(env, data, slug="dave", verbs=DEFAULT_GRANT)
+    vend = ("endpoint", "vend", "--human", "dave@example.com", "--queues", "inbox", "--verbs", "claim_next")
+    await cli(env, data, *vend, "--slug", "dave-2")
+    with pytest.raises(CliFailed, match="ENDPOINTS_PER_HUMAN"):
+        await cli(env, data, *vend, "--slug", "dave-3")
