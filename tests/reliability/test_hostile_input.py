@@ -8,6 +8,7 @@ import contextlib
 import hashlib
 import hmac
 import json
+import re
 import stat
 import sys
 import time
@@ -241,3 +242,27 @@ async def test_endpoints_per_human_are_capped(tmp_path: Path) -> None:
     await cli(env, data, *vend, "--slug", "dave-2")
     with pytest.raises(CliFailed, match="ENDPOINTS_PER_HUMAN"):
         await cli(env, data, *vend, "--slug", "dave-3")
+
+
+async def sign_in(base_url: str, source_ip: str, email: str, password: str) -> int:
+    transport = httpx.AsyncHTTPTransport(local_address=source_ip)
+    async with httpx.AsyncClient(
+        base_url=base_url, transport=transport, follow_redirects=False, timeout=60
+    ) as http:
+        page = await http.get("/login")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert csrf, "login page has no CSRF field"
+        r = await http.post("/login", data={"csrf": csrf.group(1), "email": email, "password": password})
+        return r.status_code
+
+
+async def test_the_right_password_signs_in_during_a_flood_of_wrong_ones(tmp_path: Path) -> None:
+    async with running(tmp_path, login_attempts_per_minute=3) as (server, tenant):
+        attackers = [f"127.0.0.{n}" for n in range(2, 6)]
+
+        async def attack(ip: str) -> list[int]:
+            return [await sign_in(server.base_url, ip, tenant.email, f"guess {i}") for i in range(6)]
+
+        statuses = {s for per_ip in await asyncio.gather(*map(attack, attackers)) for s in per_ip}
+        assert statuses == {401, 429}  # each attacking address runs out of its own attempts
+        assert await sign_in(server.base_url, "127.0.0.9", tenant.email, "correct horse battery") == 303
