@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from typing import Any
+from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -51,7 +52,7 @@ class JsonBoundary:
             await self.app(scope, receive, send)
             return
         try:
-            body = await self._read(scope, receive)
+            body = await read_body(scope, receive, self.cap)
         except TooLarge:
             await _answer(send, 413, shape(JSONRPC_INVALID_REQUEST, f"bodies are capped at {self.cap} bytes"))
             return
@@ -73,23 +74,25 @@ class JsonBoundary:
 
         await self.app(scope, replay, send)
 
-    async def _read(self, scope: Scope, receive: Receive) -> bytes | None:
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length" and value.isdigit() and int(value) > self.cap:
-                raise TooLarge
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return None
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.cap:
-                raise TooLarge
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
+
+async def read_body(scope: Scope, receive: Receive, cap: int) -> bytes | None:
+    """The whole request body, or None if the client went away; :class:`TooLarge` past ``cap``."""
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length" and value.isdigit() and int(value) > cap:
+            raise TooLarge
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > cap:
+            raise TooLarge
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
 async def _answer(send: Send, status: int, body: dict[str, Any]) -> None:
@@ -107,3 +110,46 @@ async def _answer(send: Send, status: int, body: dict[str, Any]) -> None:
         }
     )
     await send({"type": "http.response.body", "body": payload})
+
+
+REVOCATION_BODY_CAP = 64 * 1024
+
+
+class RevocationForm:
+    """``/revoke`` for public clients (RFC 7009 with only ``client_id``).
+
+    The SDK's revocation request model requires a ``client_secret`` field, so a public client
+    (``token_endpoint_auth_method: none``, what MCP clients register) was answered 400 and its token
+    stayed valid. When the form has no such field this adds an empty one; client authentication itself
+    is unchanged (a secret-holding client still has to present its secret).
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        try:
+            body = await read_body(scope, receive, REVOCATION_BODY_CAP)
+        except TooLarge:
+            await _answer(send, 413, {"error": "invalid_request", "error_description": "body too large"})
+            return
+        if body is None:
+            return
+        keys = {key for key, _ in parse_qsl(body.decode("latin-1"), keep_blank_values=True)}
+        if "client_secret" not in keys:
+            body = body + (b"&" if body else b"") + b"client_secret="
+        headers = [(k, v) for k, v in scope.get("headers", ()) if k != b"content-length"]
+        headers.append((b"content-length", str(len(body)).encode()))
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app({**scope, "headers": headers}, replay, send)

@@ -14,11 +14,13 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
 
 from switchboard.verbs import DEFAULT_GRANT
+from tests.integration.web.helpers import REDIRECT_URI, Human, ManualFlow, register_client
 from tests.reliability.procs import CliFailed, ServerProcess, Tenant, cli, provision, server_env, servers
 from tests.support.mcp_client import agent
 
@@ -266,3 +268,75 @@ async def test_the_right_password_signs_in_during_a_flood_of_wrong_ones(tmp_path
         statuses = {s for per_ip in await asyncio.gather(*map(attack, attackers)) for s in per_ip}
         assert statuses == {401, 429}  # each attacking address runs out of its own attempts
         assert await sign_in(server.base_url, "127.0.0.9", tenant.email, "correct horse battery") == 303
+
+
+HOSTILE_REDIRECTS = [
+    "https://a;b.example/cb",
+    "https://x.example,evil.example/cb",
+    "https://x'.example/cb",
+    "https://*.example/cb",
+    "https://user:pw@x.example/cb",
+    "http://user@127.0.0.1/cb",
+]
+
+
+async def test_public_oauth_client_revokes_its_token_and_hostile_registrations_are_refused(
+    tmp_path: Path,
+) -> None:
+    async with running(tmp_path) as (server, tenant):
+        person = Human(server, tenant.email)  # type: ignore[arg-type]  # duck-typed: base_url, mcp_url
+        try:
+            for uri in HOSTILE_REDIRECTS:
+                r = await register_client(person.http, redirect_uris=[uri])
+                assert r.status_code == 400, (uri, r.text)
+            meta = {
+                "client_name": "Trusted\u202e\u200bevil",
+                "redirect_uris": [REDIRECT_URI],
+                "grant_types": ["authorization_code", "refresh_token"],
+                "response_types": ["code"],
+                "token_endpoint_auth_method": "none",
+            }
+            registered = await person.http.post("/register", json=meta)
+            assert registered.status_code == 201, registered.text
+            assert (await person.sign_in("correct horse battery")).status_code == 303
+            flow = ManualFlow(server, person, client=registered.json())  # type: ignore[arg-type]
+            consent = await flow.start()
+            assert consent.status_code == 200
+            assert "\u202e" not in consent.text and "\u200b" not in consent.text and "Trusted" in consent.text
+            answer = await flow.answer(consent, slug="public-one", verbs=["claim_next"])
+            assert answer.status_code == 303, answer.text[-1500:]
+            code = parse_qs(urlsplit(answer.headers["location"]).query)["code"][0]
+            client_id = flow.client["client_id"]
+            exchanged = await person.http.post(
+                "/token",
+                data={
+                    "grant_type": "authorization_code",
+                    "code": code,
+                    "redirect_uri": REDIRECT_URI,
+                    "code_verifier": flow.verifier,
+                    "resource": server.mcp_url,
+                    "client_id": client_id,
+                },
+            )
+            assert exchanged.status_code == 200, exchanged.text
+            token = exchanged.json()["access_token"]
+            init = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"},
+                },
+            }
+            mcp_headers = {
+                "accept": "application/json, text/event-stream",
+                "authorization": f"Bearer {token}",
+            }
+            assert (await person.http.post("/mcp", json=init, headers=mcp_headers)).status_code == 200
+            revoked = await person.http.post("/revoke", data={"token": token, "client_id": client_id})
+            assert revoked.status_code == 200, revoked.text
+            assert (await person.http.post("/mcp", json=init, headers=mcp_headers)).status_code == 401
+        finally:
+            await person.close()
