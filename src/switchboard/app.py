@@ -21,6 +21,7 @@ from switchboard.obs.logs import get_logger
 from switchboard.priority import InboundTracking, inbound_priority
 from switchboard.queue.sweeper import Sweeper
 from switchboard.services import Services
+from switchboard.sessioncap import SessionCap
 
 log = get_logger("switchboard.app")
 
@@ -84,7 +85,11 @@ def create_app(services: Services, *, components: Sequence[Component] | None = N
     ]
     for component in components:
         routes.extend(component.routes())
-    routes.append(Mount("/", app=mcp.app))
+    # Per-credential caps on MCP sessions and streams, so no endpoint can fill the instance (sessioncap.py).
+    capped_mcp = SessionCap(
+        mcp.app, sessions=settings.mcp_sessions_per_endpoint, streams=settings.mcp_streams_per_endpoint
+    )
+    routes.append(Mount("/", app=capped_mcp))
     # Inbound write requests go first on the event loop: outbound senders yield to them (priority.py).
     gate = inbound_priority(services)
     middleware = [] if gate is None else [Middleware(InboundTracking, gate=gate)]

@@ -340,3 +340,52 @@ async def test_public_oauth_client_revokes_its_token_and_hostile_registrations_a
             assert (await person.http.post("/mcp", json=init, headers=mcp_headers)).status_code == 401
         finally:
             await person.close()
+
+
+MCP_INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+
+
+async def test_one_endpoint_opening_sessions_without_end_cannot_block_another(tmp_path: Path) -> None:
+    settings = {"mcp_max_sessions": 30, "mcp_sessions_per_endpoint": 8}
+    env = server_env(mcp_rate_per_minute=1_000_000, **settings)
+    data = tmp_path / "data"
+    greedy, other = await asyncio.gather(
+        provision(env, data, slug="greedy", verbs=["claim_next"]),
+        provision(env, data, slug="other", verbs=["claim_next"]),
+    )
+    server = ServerProcess(data, env, name="sessions")
+    with servers(server):
+        server.start()
+        await server.ready()
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as http:
+
+            async def initialize(token: str) -> httpx.Response:
+                headers = {
+                    "accept": "application/json, text/event-stream",
+                    "authorization": f"Bearer {token}",
+                }
+                return await http.post("/mcp", json=MCP_INIT, headers=headers)
+
+            opened = [await initialize(greedy.token) for _ in range(100)]  # far past the instance cap
+            assert {r.status_code for r in opened} == {200}
+            sids = [r.headers["mcp-session-id"] for r in opened]
+            assert (await initialize(other.token)).status_code == 200
+            # The greedy endpoint's oldest sessions were closed; its newest still work.
+            ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+            headers = {
+                "accept": "application/json, text/event-stream",
+                "authorization": f"Bearer {greedy.token}",
+                "mcp-protocol-version": "2025-11-25",
+            }
+            oldest = await http.post("/mcp", json=ping, headers={**headers, "mcp-session-id": sids[0]})
+            newest = await http.post("/mcp", json=ping, headers={**headers, "mcp-session-id": sids[-1]})
+            assert oldest.status_code == 404 and newest.status_code == 200

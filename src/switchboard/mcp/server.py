@@ -212,6 +212,7 @@ def build_mcp(services: Services, *, extra_tools: Sequence[ToolRegistrar] = ()) 
     server.middleware.append(GrantNarrowing(tools.ungated))  # inside the gate: OAuth grants
     sdk_app = server.streamable_http_app(
         max_request_body_size=settings.max_body_bytes,
+        max_sessions=settings.mcp_max_sessions,  # per endpoint: switchboard.sessioncap
         transport_security=transport_security(settings),
     )
     if provider is not None:
