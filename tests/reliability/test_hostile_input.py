@@ -18,6 +18,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from switchboard.verbs import DEFAULT_GRANT
 from tests.integration.web.helpers import REDIRECT_URI, Human, ManualFlow, register_client
@@ -98,6 +100,7 @@ MALFORMED = {
     "deep-object": b'{"a":' * 1200 + b"1" + b"}" * 1200,
     "invalid-utf8": b'{"jsonrpc":"2.0","id":1,"method":"\xff\xfe"}',
     "nan": b'{"jsonrpc":"2.0","id":1,"method":"x","params":{"v":NaN}}',
+    "surrogate": b'{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"parts":[{"text":"\\ud800"}]}}}',
 }
 
 
@@ -389,3 +392,25 @@ async def test_one_endpoint_opening_sessions_without_end_cannot_block_another(tm
             oldest = await http.post("/mcp", json=ping, headers={**headers, "mcp-session-id": sids[0]})
             newest = await http.post("/mcp", json=ping, headers={**headers, "mcp-session-id": sids[-1]})
             assert oldest.status_code == 404 and newest.status_code == 200
+
+
+async def test_a_legacy_poison_todo_is_buried_not_claimed_and_the_queue_goes_on(tmp_path: Path) -> None:
+    async with running(tmp_path) as (server, tenant), httpx.AsyncClient(base_url=server.base_url) as http:
+        poisoned = (await http.post(tenant.inbound_path, json={"title": "old"})).json()["todos"][0]
+        # A row as the server stored it before the text boundary existed: a lone surrogate, escaped.
+        engine = create_async_engine(f"sqlite+aiosqlite:///{server.data_dir / 'switchboard.db'}")
+        try:
+            async with engine.begin() as conn:
+                await conn.execute(
+                    text("UPDATE todos SET payload = :p WHERE id = :id"),
+                    {"p": '{"x":"\\ud800"}', "id": poisoned},
+                )
+        finally:
+            await engine.dispose()
+        fine = (await http.post(tenant.inbound_path, json={"title": "new"})).json()["todos"][0]
+        async with agent(server.mcp_url, tenant.token) as a:
+            claimed = await a.ok("claim_next")
+            assert claimed["todo"]["id"] == fine
+            listed = {t["id"]: t for t in (await a.ok("list_todos"))["todos"]}
+            assert listed[poisoned]["status"] == "dead" and "cannot be sent" in listed[poisoned]["last_error"]
+            assert listed[fine]["status"] == "claimed"
