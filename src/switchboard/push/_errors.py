@@ -43,6 +43,9 @@ ADDRESS_REASONS = frozenset(
 #: Reasons about the URL itself, or its lookup at create time.
 URL_REASONS = frozenset({"scheme", "userinfo", "too_long", "malformed", "unresolvable"})
 
+#: Reasons a tenant sees only as "address" (see TargetRejected).
+OPAQUE_REASONS = ADDRESS_REASONS | {"unresolvable"}
+
 _REJECT_TEXT = {
     "scheme": "the scheme must be https (or http when the operator allows it)",
     "userinfo": "the URL must not carry userinfo (user:password@)",
@@ -88,11 +91,15 @@ class TargetRejected(PushError):
     """The SSRF guard refused the URL or an address it resolved to. Never retried."""
 
     def __init__(self, reason: str) -> None:
-        if reason in ADDRESS_REASONS and reason != "self":
-            text = f"the target address is in a refused class: {reason}"
+        # The message is what a tenant sees. Whether a name does not resolve, or resolves to a private,
+        # loopback or metadata address, is one answer there, or a tenant could map internal DNS with
+        # it; ``reason`` keeps the detail for the operator's log and metrics.
+        if reason in OPAQUE_REASONS:
+            shown, text = "address", "the host does not resolve to an address this server may call"
         else:
-            text = _REJECT_TEXT.get(reason, reason)
-        super().__init__(f"push target rejected ({reason}): {text}", stage="validate", reason=reason)
+            shown, text = reason, _REJECT_TEXT.get(reason, reason)
+        super().__init__(f"push target rejected ({shown}): {text}", stage="validate", reason=reason)
+        self.public_reason = shown
 
     @property
     def result(self) -> AttemptResultLabel:
