@@ -15,7 +15,7 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from switchboard import __version__
 from switchboard.a2a.card import A2A_PATH
-from switchboard.boundary import JsonBoundary, jsonrpc_error, oauth_error
+from switchboard.boundary import BaselineHeaders, JsonBoundary, jsonrpc_error, oauth_error
 from switchboard.ingest.app import Ingest
 from switchboard.obs.logs import get_logger
 from switchboard.priority import InboundTracking, inbound_priority
@@ -95,6 +95,7 @@ def create_app(services: Services, *, components: Sequence[Component] | None = N
     middleware = [] if gate is None else [Middleware(InboundTracking, gate=gate)]
     # Malformed JSON is refused before authentication or any SDK parser sees it (boundary.py).
     json_paths = [("/mcp", jsonrpc_error), (A2A_PATH, jsonrpc_error), ("/register", oauth_error)]
+    middleware.insert(0, Middleware(BaselineHeaders))  # outermost: every answer, the SDKs' 404s too
     middleware.append(Middleware(JsonBoundary, max_body_bytes=settings.max_body_bytes, paths=json_paths))
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.services = services

@@ -153,3 +153,35 @@ class RevocationForm:
             return await receive()
 
         await self.app({**scope, "headers": headers}, replay, send)
+
+
+# For responses that no UI route dressed (JSON APIs, the SDKs' own 404 and 405 pages): they are never
+# meant to render or be framed. The web UI's SecureHeaders sets its own, fuller set, which wins.
+BASELINE_HEADERS = (
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
+)
+
+
+class BaselineHeaders:
+    """Adds :data:`BASELINE_HEADERS` to every HTTP response that lacks them."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def dressed(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                present = {k.lower() for k, _ in headers}
+                headers += [(k, v) for k, v in BASELINE_HEADERS if k not in present]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, dressed)

@@ -414,3 +414,19 @@ async def test_a_legacy_poison_todo_is_buried_not_claimed_and_the_queue_goes_on(
             listed = {t["id"]: t for t in (await a.ok("list_todos"))["todos"]}
             assert listed[poisoned]["status"] == "dead" and "cannot be sent" in listed[poisoned]["last_error"]
             assert listed[fine]["status"] == "claimed"
+
+
+async def test_every_answer_carries_the_baseline_security_headers(tmp_path: Path) -> None:
+    async with running(tmp_path) as (server, _), httpx.AsyncClient(base_url=server.base_url) as http:
+        answers = [
+            await http.get("/no/such/page"),
+            await http.get("/mcp/nope"),
+            await http.get("/.well-known/nothing"),
+            await http.put("/healthz"),
+            await http.post("/a2a", content=b"[" * 2000),
+            await http.get("/login"),
+        ]
+        for r in answers:
+            assert r.headers.get("x-content-type-options") == "nosniff", (r.url, r.status_code)
+            assert "content-security-policy" in r.headers and "x-frame-options" in r.headers, r.url
+        assert "default-src 'self'" in answers[-1].headers["content-security-policy"]  # the UI's own set wins
