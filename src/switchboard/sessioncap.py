@@ -97,11 +97,14 @@ class SessionCap:
                 return {"type": "http.disconnect"}
             pending = asyncio.ensure_future(receive())
             ended = asyncio.ensure_future(me.ended.wait())
-            done, _ = await asyncio.wait({pending, ended}, return_when=asyncio.FIRST_COMPLETED)
-            if pending in done:
-                ended.cancel()
+            try:
+                await asyncio.wait({pending, ended}, return_when=asyncio.FIRST_COMPLETED)
+            finally:  # also when this request is cancelled: leave no task behind
+                for waiter in (pending, ended):
+                    if not waiter.done():
+                        waiter.cancel()
+            if pending.done() and not pending.cancelled():
                 return pending.result()
-            pending.cancel()
             return {"type": "http.disconnect"}
 
         try:

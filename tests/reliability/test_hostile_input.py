@@ -14,14 +14,18 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
+from a2a.client import ClientConfig, create_client
+from a2a.types.a2a_pb2 import GetTaskRequest, ListTasksRequest, Message, Part, Role, SendMessageRequest
+from mcp.shared.exceptions import MCPError
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from switchboard.verbs import DEFAULT_GRANT
+from switchboard.verbs import A2A, DEFAULT_GRANT
 from tests.integration.web.helpers import REDIRECT_URI, Human, ManualFlow, register_client
 from tests.reliability.procs import CliFailed, ServerProcess, Tenant, cli, provision, server_env, servers
 from tests.support.mcp_client import agent
@@ -392,6 +396,7 @@ async def test_one_endpoint_opening_sessions_without_end_cannot_block_another(tm
             oldest = await http.post("/mcp", json=ping, headers={**headers, "mcp-session-id": sids[0]})
             newest = await http.post("/mcp", json=ping, headers={**headers, "mcp-session-id": sids[-1]})
             assert oldest.status_code == 404 and newest.status_code == 200
+        assert '"level": "error"' not in server.log_path.read_text(errors="replace")
 
 
 async def test_a_legacy_poison_todo_is_buried_not_claimed_and_the_queue_goes_on(tmp_path: Path) -> None:
@@ -430,3 +435,55 @@ async def test_every_answer_carries_the_baseline_security_headers(tmp_path: Path
             assert r.headers.get("x-content-type-options") == "nosniff", (r.url, r.status_code)
             assert "content-security-policy" in r.headers and "x-frame-options" in r.headers, r.url
         assert "default-src 'self'" in answers[-1].headers["content-security-policy"]  # the UI's own set wins
+
+
+async def test_a2a_get_task_and_list_tasks_keep_working_after_hostile_ack_results(tmp_path: Path) -> None:
+    verbs = sorted({*DEFAULT_GRANT, *A2A.verbs})
+    env = server_env(mcp_rate_per_minute=1_000_000)
+    data = tmp_path / "data"
+    tenant = await provision(env, data, slug="erin", verbs=verbs)
+    server = ServerProcess(data, env, name="a2a")
+    with servers(server):
+        server.start()
+        await server.ready()
+        async with (
+            httpx.AsyncClient(headers={"authorization": f"Bearer {tenant.token}"}, timeout=30) as http,
+            agent(server.mcp_url, tenant.token) as a,
+        ):
+            client = await create_client(server.base_url, ClientConfig(httpx_client=http, streaming=False))
+            try:
+                results: list[Any] = [
+                    {"text": "\u202e reversed \u200b hidden \U0001f600", "n": 1e308},
+                    nest("deep", 32),  # the deepest result allowed (MAX_RESULT_DEPTH)
+                    "\x00 nul and \r\n line breaks",
+                    [None, True, -0.0, 10**30],
+                ]
+                for result in results:
+                    message = Message(
+                        message_id=f"m-{len(str(result))}",
+                        role=Role.ROLE_USER,
+                        parts=[Part(text="do it \u202e")],
+                        metadata={"queue": "inbox"},
+                    )
+                    (sent,) = [e.task async for e in client.send_message(SendMessageRequest(message=message))]
+                    todo = (await a.ok("claim_next"))["todo"]
+                    with pytest.raises(MCPError, match="nests deeper than 64"):  # refused at the boundary
+                        await a.call("ack", {"todo_id": todo["id"], "result": nest("x", 80)})
+                    too_deep = await a.call("ack", {"todo_id": todo["id"], "result": nest("x", 50)})
+                    assert too_deep.code == "invalid_argument"  # would break GetTask: refused, nothing done
+                    assert (await a.ok("ack", {"todo_id": todo["id"], "result": result}))["todo"][
+                        "status"
+                    ] == "done"
+                    got = await client.get_task(GetTaskRequest(id=sent.id))
+                    assert got.id == sent.id
+                listed = await client.list_tasks(ListTasksRequest())
+                assert len(listed.tasks) == len(results)
+            finally:
+                await client.close()
+        assert '"level": "error"' not in server.log_path.read_text(errors="replace")
+
+
+def nest(leaf: Any, depth: int) -> Any:
+    for i in range(depth - 1):
+        leaf = [leaf] if i % 2 else {"k": leaf}
+    return leaf

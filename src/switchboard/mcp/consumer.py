@@ -24,6 +24,7 @@ from switchboard.mcp.tools import (
     require_queues,
     todo_view,
 )
+from switchboard.store.todos import MAX_RESULT_DEPTH
 from switchboard.text import MAX_JSON_DEPTH, Unstorable, admit
 
 MAX_RESULT_BYTES = 64 * 1024
@@ -140,7 +141,7 @@ def register_consumer_verbs(server: MCPServer[Any], tc: ToolContext) -> None:
         if not looks_like("td", todo_id):
             raise not_found()
         try:
-            admit(result)
+            admit(result, max_depth=MAX_RESULT_DEPTH)
         except Unstorable as exc:
             raise VerbError("invalid_argument", f"result: {exc}") from None
         if len(json.dumps(result, separators=(",", ":")).encode()) > MAX_RESULT_BYTES:

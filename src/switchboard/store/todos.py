@@ -28,6 +28,10 @@ from switchboard.text import admit
 # it raises, the move rolls back, so a caller is never told "failed" about a change that committed.
 Answer = Callable[[Row[Any]], object]
 
+# An ack result is also an A2A task's artifact: a protobuf Struct, whose JSON parser stops at 100 message
+# levels, two per JSON level. Deeper results would make every GetTask and ListTasks of that sender fail.
+MAX_RESULT_DEPTH = 32
+
 _MOVED = (
     todos.c.id,
     todos.c.endpoint_id,
@@ -241,8 +245,8 @@ class TodoStore:
 
     async def ack(self, endpoint_id: str, todo: str, result: Any) -> Row[Any] | None:
         """Raises :class:`switchboard.text.Unstorable` (nothing written) for a result no reader could
-        parse back: lone surrogates, NaN, nesting past the limit."""
-        admit(result)
+        parse back: lone surrogates, NaN, nesting past :data:`MAX_RESULT_DEPTH`."""
+        admit(result, max_depth=MAX_RESULT_DEPTH)
         now = self.clock.now()
         stmt = (
             update(todos)
