@@ -112,7 +112,7 @@ async def parse_config(
     try:
         target = await validator.check(url)
     except TargetRejected as err:
-        raise ConfigRefused(f"url refused: {err}", reason="rejected_ssrf") from None
+        raise ConfigRefused(f"url refused: {err.public_message}", reason="rejected_ssrf") from None
     minted = False
     if scheme is not None:
         if not _SCHEME.fullmatch(scheme):

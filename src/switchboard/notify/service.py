@@ -57,7 +57,7 @@ class NotifyHooks:
         try:
             await self.validator.check(url)
         except TargetRejected as err:
-            raise InvalidHook(f"url refused ({err.public_reason}): {err}") from None
+            raise InvalidHook(f"url refused ({err.reason}): {err}") from None
         hook, secret = await self.store.create(endpoint.id, url, wanted, ignore_presence, self.ceiling)
         return {
             "hook_id": hook.id,

@@ -91,15 +91,27 @@ class TargetRejected(PushError):
     """The SSRF guard refused the URL or an address it resolved to. Never retried."""
 
     def __init__(self, reason: str) -> None:
-        # The message is what a tenant sees. Whether a name does not resolve, or resolves to a private,
-        # loopback or metadata address, is one answer there, or a tenant could map internal DNS with
-        # it; ``reason`` keeps the detail for the operator's log and metrics.
-        if reason in OPAQUE_REASONS:
-            shown, text = "address", "the host does not resolve to an address this server may call"
+        if reason in ADDRESS_REASONS and reason != "self":
+            text = f"the target address is in a refused class: {reason}"
         else:
-            shown, text = reason, _REJECT_TEXT.get(reason, reason)
-        super().__init__(f"push target rejected ({shown}): {text}", stage="validate", reason=reason)
-        self.public_reason = shown
+            text = _REJECT_TEXT.get(reason, reason)
+        super().__init__(f"push target rejected ({reason}): {text}", stage="validate", reason=reason)
+
+    @property
+    def public_reason(self) -> str:
+        """The reason a tenant may see. Whether a name does not resolve, or resolves to a private,
+        loopback or metadata address, is one answer, ``address``, or a tenant could map internal DNS
+        with it; :attr:`reason` and ``str(self)`` keep the detail for the operator's log and metrics."""
+        return "address" if self.reason in OPAQUE_REASONS else self.reason
+
+    @property
+    def public_message(self) -> str:
+        """``str(self)`` as a tenant may see it (see :attr:`public_reason`)."""
+        if self.reason in OPAQUE_REASONS:
+            return (
+                "push target rejected (address): the host does not resolve to an address this server may call"
+            )
+        return str(self)
 
     @property
     def result(self) -> AttemptResultLabel:
