@@ -35,6 +35,10 @@ log = get_logger("switchboard.mcp.limits")
 
 SESSION_HEADER = b"mcp-session-id"
 _ids = itertools.count()
+MAX_CREDENTIALS = 50_000
+# The SDK closes a session idle for 30 minutes (its default, which build_mcp keeps); after that we stop
+# counting it.
+FORGET_AFTER = 1800.0
 STREAM_AGE = 5.0  # a request open longer than this is a stream; quick tool calls never count
 _NOT_COPIED = frozenset({SESSION_HEADER, b"content-length", b"content-type", b"transfer-encoding"})
 
@@ -48,7 +52,7 @@ class Inflight:
 
 @dataclass
 class Credential:
-    sessions: OrderedDict[str, None] = field(default_factory=OrderedDict)  # least recently used first
+    sessions: OrderedDict[str, float] = field(default_factory=OrderedDict)  # sid -> last used, LRU first
     inflight: OrderedDict[int, Inflight] = field(default_factory=OrderedDict)  # oldest first
 
 
@@ -68,10 +72,20 @@ class SessionCap:
             await self.app(scope, receive, send)
             return
         key = hashlib.sha256(authorization).hexdigest()
-        cred = self.credentials.setdefault(key, Credential())
+        cred = self.credentials.get(key)
+        if cred is None:
+            if len(self.credentials) >= MAX_CREDENTIALS:  # bounded memory: forget the oldest idle entry
+                idle = next((k for k, c in self.credentials.items() if not c.inflight), None)
+                if idle is not None:
+                    del self.credentials[idle]
+            cred = self.credentials[key] = Credential()
         raw_sid = headers.get(SESSION_HEADER)
         sid = raw_sid.decode("latin-1") if raw_sid else None
+        now = time.monotonic()
+        while cred.sessions and now - next(iter(cred.sessions.values())) > FORGET_AFTER:
+            cred.sessions.popitem(last=False)  # the SDK has closed it for idleness by now
         if sid is not None and sid in cred.sessions:
+            cred.sessions[sid] = now
             cred.sessions.move_to_end(sid)
         me = Inflight(sid=sid)
         ticket = next(_ids)
@@ -114,7 +128,7 @@ class SessionCap:
             if scope.get("method") == "DELETE" and sid is not None:
                 cred.sessions.pop(sid, None)
         for new_sid in opened:
-            cred.sessions[new_sid] = None
+            cred.sessions[new_sid] = time.monotonic()
             while len(cred.sessions) > self.max_sessions:
                 await self._close_one(scope, cred)
         if not cred.sessions and not cred.inflight:
