@@ -14,11 +14,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
 from switchboard import __version__
+from switchboard.a2a.card import A2A_PATH
+from switchboard.boundary import BaselineHeaders, JsonBoundary, jsonrpc_error, oauth_error
 from switchboard.ingest.app import Ingest
 from switchboard.obs.logs import get_logger
 from switchboard.priority import InboundTracking, inbound_priority
 from switchboard.queue.sweeper import Sweeper
 from switchboard.services import Services
+from switchboard.sessioncap import SessionCap
 
 log = get_logger("switchboard.app")
 
@@ -82,10 +85,18 @@ def create_app(services: Services, *, components: Sequence[Component] | None = N
     ]
     for component in components:
         routes.extend(component.routes())
-    routes.append(Mount("/", app=mcp.app))
+    # Per-credential caps on MCP sessions and streams, so no endpoint can fill the instance (sessioncap.py).
+    capped_mcp = SessionCap(
+        mcp.app, sessions=settings.mcp_sessions_per_endpoint, streams=settings.mcp_streams_per_endpoint
+    )
+    routes.append(Mount("/", app=capped_mcp))
     # Inbound write requests go first on the event loop: outbound senders yield to them (priority.py).
     gate = inbound_priority(services)
     middleware = [] if gate is None else [Middleware(InboundTracking, gate=gate)]
+    # Malformed JSON is refused before authentication or any SDK parser sees it (boundary.py).
+    json_paths = [("/mcp", jsonrpc_error), (A2A_PATH, jsonrpc_error), ("/register", oauth_error)]
+    middleware.insert(0, Middleware(BaselineHeaders))  # outermost: every answer, the SDKs' 404s too
+    middleware.append(Middleware(JsonBoundary, max_body_bytes=settings.max_body_bytes, paths=json_paths))
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.services = services
     return app

@@ -589,8 +589,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def serve(settings: Settings) -> int:
     """Run the server until SIGTERM or SIGINT; uvicorn drains connections and runs the lifespan's shutdown."""
     import uvicorn  # only serve needs the web stack; admin commands stay quick to start
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
     from switchboard.app import create_app
+    from switchboard.conn import guarded_protocol, install_accept_error_filter
 
     configure_logging()
     # Our one startup line (below) replaces uvicorn's own chatter; its warnings and errors still show.
@@ -622,6 +624,8 @@ def serve(settings: Settings) -> int:
                 hook()
             await super().shutdown(sockets=sockets)
 
+    install_accept_error_filter()
+    forwarded = settings.forwarded_allow_ips.strip()
     config = uvicorn.Config(
         app,
         host=settings.listen_host,
@@ -629,6 +633,17 @@ def serve(settings: Settings) -> int:
         log_config=None,
         access_log=False,
         lifespan="on",
+        # Connection limits (conn.py): uvicorn's protocol, wrapped with a header deadline and a cap.
+        http=guarded_protocol(
+            AutoHTTPProtocol,
+            max_connections=settings.max_connections,
+            header_timeout=settings.header_timeout_seconds,
+        ),
+        timeout_keep_alive=max(1, round(settings.keep_alive_timeout_seconds)),
+        # Passed explicitly: uvicorn would otherwise trust X-Forwarded-For from 127.0.0.1 (or its own
+        # FORWARDED_ALLOW_IPS variable). Forwarded headers count only from SWITCHBOARD_FORWARDED_ALLOW_IPS.
+        proxy_headers=bool(forwarded),
+        forwarded_allow_ips=forwarded or None,
     )
     server = Server(config)
 

@@ -17,6 +17,7 @@ from switchboard.store.accounts import AccountStore
 from switchboard.store.admin import AdminStore
 from switchboard.store.console import ConsoleStore
 from switchboard.store.db import Database
+from switchboard.store.files import secure_data_dir
 from switchboard.store.presence import PresenceStore
 from switchboard.store.sources import SourceStore
 from switchboard.store.todos import RetryPolicy, TodoStore
@@ -61,6 +62,8 @@ def build_services(
     clock = clock or SystemClock()
     instance_id = settings.instance_id or f"{socket.gethostname()}-{os.getpid()}-{new_id('i')[-6:]}"
     metrics = Metrics()
+    if settings.data_dir.exists() or settings.cred_key is None or not settings.database_url:
+        secure_data_dir(settings.data_dir)  # 0700: cred.key and the SQLite database live here
     db = Database(settings.resolved_database_url())
     envelope = Envelope(load_or_create_key(settings.cred_key, settings.data_dir))
     hub = TransitionHub(metrics, instance_id=instance_id)
@@ -73,7 +76,7 @@ def build_services(
         metrics=metrics,
         hub=hub,
         todos=TodoStore(db, hub, clock, retry),
-        accounts=AccountStore(db, clock),
+        accounts=AccountStore(db, clock, endpoints_per_human=settings.endpoints_per_human),
         sources=SourceStore(db, envelope, clock),
         presence=PresenceStore(db, clock),
         instance_id=instance_id,

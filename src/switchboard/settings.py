@@ -31,6 +31,16 @@ class Settings(BaseSettings):
     max_attempts: int = 5
     doorbell_heartbeat_seconds: float = 60.0
 
+    # Connections and per-tenant caps (docs/configuration.md, "Connections and limits").
+    max_connections: int = Field(default=1000, ge=1)
+    header_timeout_seconds: float = Field(default=10.0, gt=0)
+    keep_alive_timeout_seconds: float = Field(default=5.0, gt=0)
+    forwarded_allow_ips: str = ""  # a proxy's addresses; empty: X-Forwarded-* is never trusted
+    endpoints_per_human: int = Field(default=50, ge=1)
+    mcp_sessions_per_endpoint: int = Field(default=16, ge=1)
+    mcp_streams_per_endpoint: int = Field(default=16, ge=1)
+    mcp_max_sessions: int = Field(default=10_000, ge=1)
+
     mcp_rate_per_minute: int = 600
     max_body_bytes: int = 1024 * 1024
     inbound_priority_max_defer_ms: int = 0  # opt-in: docs/benchmarks.md found no gain on 2 cores

@@ -9,9 +9,27 @@ judge meaning: "ignore previous instructions" stays, on one inert line.
 
 from __future__ import annotations
 
+import json
+import math
 import unicodedata
+from typing import Any
 
-__all__ = ["neutralize", "storable", "summary", "truncate"]
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "Unstorable",
+    "admit",
+    "admit_label",
+    "loads_strict",
+    "neutralize",
+    "storable",
+    "summary",
+    "truncate",
+]
+
+# Deeper than any real webhook or JSON-RPC message (GitHub's payloads nest about ten levels), and far
+# below where a recursive encoder (json, pydantic-core) gives up: a value admitted here can always be
+# serialized back into an answer.
+MAX_JSON_DEPTH = 64
 
 # Cc and Cf are the SPEC-0011 set. Zl and Zp (U+2028, U+2029) are line breaks
 # as well; naming them keeps the rule independent of what a whitespace split does.
@@ -50,6 +68,90 @@ def storable(text: str) -> str:
     if "\x00" not in text and text.isascii():
         return text
     return "".join(_REPLACEMENT if ch == "\x00" or unicodedata.category(ch) == "Cs" else ch for ch in text)
+
+
+class Unstorable(ValueError):
+    """Input the server will not store. ``str(exc)`` is written for the sender: it never quotes the
+    input or a parser's message."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise Unstorable("NaN and Infinity are not JSON")
+
+
+def loads_strict(body: bytes) -> Any:
+    """The one JSON parser for sender bodies (webhooks at /in, JSON-RPC on /mcp and /a2a, /register).
+
+    Strict UTF-8, standard JSON only (no NaN or Infinity), and then :func:`admit`: what it returns can
+    be stored, and answered back as UTF-8 JSON, without an error later.
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Unstorable("it is not UTF-8") from None
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError:
+        raise Unstorable("a syntax error") from None
+    except RecursionError:
+        raise Unstorable(f"it nests deeper than {MAX_JSON_DEPTH} levels") from None
+    except Unstorable:
+        raise
+    except ValueError:  # e.g. an integer literal past Python's digit limit
+        raise Unstorable("a number is too large") from None
+    return admit(value)
+
+
+def _unencodable(text: str) -> bool:
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # only a lone surrogate (U+D800-U+DFFF) cannot be encoded
+        return True
+    return False
+
+
+def admit(value: Any, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """Return a parsed JSON ``value`` unchanged if it is storable, else raise :class:`Unstorable`.
+
+    Refused: a string or key holding a lone UTF-16 surrogate (valid as a JSON escape, not as Unicode:
+    it cannot be written as UTF-8, so every answer that carried it would fail), a non-finite float,
+    and nesting deeper than ``max_depth``. Iterative, so no input can exhaust the stack.
+    """
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if _unencodable(item):
+                raise Unstorable("a string holds a lone UTF-16 surrogate (not Unicode text)")
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise Unstorable("NaN and Infinity are not JSON")
+        elif isinstance(item, dict | list):
+            if depth > max_depth:
+                raise Unstorable(f"it nests deeper than {max_depth} levels")
+            if isinstance(item, dict):
+                for key, inner in item.items():
+                    if not isinstance(key, str) or _unencodable(key):
+                        raise Unstorable("a string holds a lone UTF-16 surrogate (not Unicode text)")
+                    stack.append((inner, depth + 1))
+            else:
+                stack.extend((inner, depth + 1) for inner in item)
+        elif item is not None and not isinstance(item, bool | int):
+            raise Unstorable("the value is not JSON")
+    return value
+
+
+def admit_label(text: str, what: str) -> str:
+    """A short identifier (a route kind): refused if it holds a control, format (bidi, zero-width),
+    line-separator or surrogate character, since it is shown and compared verbatim."""
+    if any(unicodedata.category(ch) in _LABEL_REFUSED for ch in text):
+        raise Unstorable(f"{what} may not hold control, bidi, zero-width or line-break characters")
+    return text
+
+
+_LABEL_REFUSED = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 
 
 def _is_mark(ch: str) -> bool:

@@ -130,7 +130,7 @@ async def parse_config(
         # display must equal ``url``) is kept: see ConfigStore.upsert.
         target = await validator.check(url[: -len(REDACTED_QUERY)] if keep_url else url)
     except TargetRejected as err:
-        raise ConfigRefused(f"url refused: {err}", reason="rejected_ssrf") from None
+        raise ConfigRefused(f"url refused: {err.public_message}", reason="rejected_ssrf") from None
     minted = False
     if scheme is not None:
         if not _SCHEME.fullmatch(scheme):

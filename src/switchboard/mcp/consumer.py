@@ -16,7 +16,7 @@ from mcp_types import ToolAnnotations
 from pydantic import Field
 
 from switchboard.ids import looks_like
-from switchboard.mcp.schemas import AnyJson, MaybeTodoResult, TodoPage, TodoResult
+from switchboard.mcp.schemas import AnyJson, MaybeTodoResult, Todo, TodoPage, TodoResult
 from switchboard.mcp.tools import (
     ToolContext,
     VerbError,
@@ -25,12 +25,34 @@ from switchboard.mcp.tools import (
     require_queues,
     todo_view,
 )
+from switchboard.store.todos import MAX_RESULT_DEPTH
+from switchboard.text import MAX_JSON_DEPTH, Unstorable, admit
 
 MAX_RESULT_BYTES = 64 * 1024
+MAX_BURIED_PER_CLAIM = 8
+UNANSWERABLE = "its stored payload cannot be sent as JSON (stored before the text boundary)"
 
 TodoId = Annotated[str, Field(min_length=1, max_length=64, description="A todo id, td_...")]
 QueueName = Annotated[str, Field(min_length=1, max_length=64)]
 Status = Literal["pending", "claimed", "done", "failed", "dead", "canceled"]
+
+
+class Answer:
+    """Builds a claim's answer inside the claim's transaction (``TodoStore.claim(answer=...)``): if the
+    view cannot be sent as JSON, :class:`Unstorable` rolls the claim back."""
+
+    def __init__(self) -> None:
+        self.view: Todo | None = None
+        self.todo_id = ""
+
+    def __call__(self, row: Any) -> None:
+        self.todo_id = row.id
+        try:
+            view = todo_view(row)
+        except ValueError as exc:  # a stored payload that does not parse back
+            raise Unstorable("the stored payload does not parse") from exc
+        admit(view, max_depth=MAX_JSON_DEPTH + 2)  # raises Unstorable: the claim rolls back
+        self.view = view
 
 
 def register_consumer_verbs(server: MCPServer[Any], tc: ToolContext) -> None:
@@ -63,9 +85,18 @@ def register_consumer_verbs(server: MCPServer[Any], tc: ToolContext) -> None:
         {"todo": null} when nothing is pending. Errors: invalid_argument (queue outside your scope)."""
         endpoint = current_endpoint()
         wanted = require_queues(endpoint, queues) if queues is not None else list(endpoint.queues)
-        row = await todos.claim_next(endpoint.id, wanted, lease_seconds or settings.lease_seconds)
-        claims.labels("claimed" if row is not None else "empty").inc()
-        return {"todo": todo_view(row) if row is not None else None}
+        lease = lease_seconds or settings.lease_seconds
+        for _ in range(MAX_BURIED_PER_CLAIM):
+            answer = Answer()
+            try:
+                row = await todos.claim_next(endpoint.id, wanted, lease, answer=answer)
+            except Unstorable:
+                # The claim rolled back; the todo would head the queue for ever: bury it and go on.
+                await todos.bury(endpoint.id, answer.todo_id, UNANSWERABLE)
+                continue
+            claims.labels("claimed" if row is not None else "empty").inc()
+            return {"todo": answer.view}
+        raise VerbError("conflict", "several todos at the head of the queue could not be answered; retry")
 
     async def claim(todo_id: TodoId, lease_seconds: Lease = None) -> TodoResult:
         """Claim one specific pending todo. Errors: not_found, conflict (not pending), forbidden (its
@@ -73,9 +104,14 @@ def register_consumer_verbs(server: MCPServer[Any], tc: ToolContext) -> None:
         endpoint = current_endpoint()
         if not looks_like("td", todo_id):
             raise not_found()
-        row = await todos.claim(
-            endpoint.id, todo_id, endpoint.queues, lease_seconds or settings.lease_seconds
-        )
+        answer = Answer()
+        try:
+            row = await todos.claim(
+                endpoint.id, todo_id, endpoint.queues, lease_seconds or settings.lease_seconds, answer=answer
+            )
+        except Unstorable:
+            await todos.bury(endpoint.id, todo_id, UNANSWERABLE)
+            raise VerbError("conflict", f"the todo is dead: {UNANSWERABLE}") from None
         if row is None:
             claims.labels("refused").inc()
             current = await todos.get(endpoint.id, todo_id)
@@ -85,7 +121,8 @@ def register_consumer_verbs(server: MCPServer[Any], tc: ToolContext) -> None:
                 raise VerbError("forbidden", f"the queue {current.queue} is not in this endpoint's scope")
             raise VerbError("conflict", f"the todo is {current.status}, not pending")
         claims.labels("claimed").inc()
-        return {"todo": todo_view(row)}
+        assert answer.view is not None  # the claim committed, so its answer was built
+        return {"todo": answer.view}
 
     async def heartbeat(todo_id: TodoId, lease_seconds: Lease = None) -> TodoResult:
         """Extend the lease on a todo you hold. Errors: not_found, conflict (not claimed)."""
@@ -106,6 +143,10 @@ def register_consumer_verbs(server: MCPServer[Any], tc: ToolContext) -> None:
         endpoint = current_endpoint()
         if not looks_like("td", todo_id):
             raise not_found()
+        try:
+            admit(result, max_depth=MAX_RESULT_DEPTH)
+        except Unstorable as exc:
+            raise VerbError("invalid_argument", f"result: {exc}") from None
         if len(json.dumps(result, separators=(",", ":")).encode()) > MAX_RESULT_BYTES:
             raise VerbError("invalid_argument", "result is larger than 64 KiB serialized")
         row = await todos.ack(endpoint.id, todo_id, result)

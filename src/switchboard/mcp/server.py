@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from switchboard import __version__
+from switchboard.boundary import RevocationForm
 from switchboard.mcp.account import register_account_verbs
 from switchboard.mcp.auth import (
     OAUTH_PROVIDER,
@@ -223,6 +224,7 @@ def build_mcp(services: Services, *, extra_tools: Sequence[ToolRegistrar] = ()) 
     server.middleware.append(GrantNarrowing(tools.ungated))  # inside the gate: OAuth grants
     sdk_app = server.streamable_http_app(
         max_request_body_size=settings.max_body_bytes,
+        max_sessions=settings.mcp_max_sessions,  # per endpoint: switchboard.sessioncap
         transport_security=transport_security(settings),
         # SSE events carry ids and a retry hint, so a client whose stream dropped resumes it with
         # Last-Event-ID (handshake era; the SDK primes streams for 2025-11-25 clients and newer).
@@ -245,6 +247,8 @@ def build_mcp(services: Services, *, extra_tools: Sequence[ToolRegistrar] = ()) 
         for route in auth_routes:
             if route.path == "/register":
                 route.app = RegistrationLimit(route.app, limit)
+            elif route.path == "/revoke":  # public clients revoke with their client_id (boundary.py)
+                route.app = RevocationForm(route.app)
         sdk_app.router.routes.extend(auth_routes)
     sdk_app.add_exception_handler(Exception, _server_error)
     app = _StoreGuard(StreamWatch(sdk_app, doorbell.sessions))

@@ -16,9 +16,13 @@ from ipaddress import IPv4Address, IPv6Address, ip_address
 import anyio
 import anyio.to_thread
 
+from switchboard.obs.logs import get_logger
+
 from ._addresses import AddressPolicy, IPNetwork, parse_allowlist, strip_zone
 from ._errors import AttemptTimeout, NetworkFailure, TargetRejected
 from ._urls import ParsedURL, format_authority, format_origin, parse_url
+
+log = get_logger("switchboard.push")
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 """An async ``(host, port) -> [ip, ...]`` lookup. Tests inject one; production uses
@@ -142,10 +146,15 @@ class Validator:
         :class:`TargetRejected` (``unresolvable`` for the lookup)."""
         parsed = parse_url(url, allow_http=self._allow_http)
         try:
-            answers = await self._lookup(parsed)
-        except _LookupFailed:
-            raise TargetRejected("unresolvable") from None
-        return self._judge(parsed, answers)
+            try:
+                answers = await self._lookup(parsed)
+            except _LookupFailed:
+                raise TargetRejected("unresolvable") from None
+            return self._judge(parsed, answers)
+        except TargetRejected as err:
+            # The tenant's message says only "address"; the operator's log keeps why.
+            log.info("push target refused at create time", reason=err.reason, host=parsed.host[:253])
+            raise
 
     async def check_attempt(self, url: str) -> ValidatedTarget:
         """Validate before an attempt. As :meth:`check`, except that a failed lookup is

@@ -13,7 +13,7 @@ from typing import Any
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
-from sqlalchemy import Row, insert, select, update
+from sqlalchemy import Row, func, insert, select, update
 
 from switchboard.clock import Clock, ms
 from switchboard.ids import new_id
@@ -81,8 +81,9 @@ class Endpoint:
 
 
 class AccountStore:
-    def __init__(self, db: Database, clock: Clock) -> None:
+    def __init__(self, db: Database, clock: Clock, *, endpoints_per_human: int = 50) -> None:
         self.db, self.clock = db, clock
+        self.endpoints_per_human = endpoints_per_human
 
     # -- humans ------------------------------------------------------------------------------------
 
@@ -150,6 +151,18 @@ class AccountStore:
             taken = (await conn.execute(select(endpoints.c.id).where(endpoints.c.slug == slug))).first()
             if taken:
                 raise Conflict("an endpoint with that slug exists")
+            # The human's row locked (PostgreSQL; SQLite writers are serial): concurrent vends count once.
+            await conn.execute(select(humans.c.id).where(humans.c.id == human_id).with_for_update())
+            held = (
+                await conn.execute(
+                    select(func.count()).select_from(endpoints).where(endpoints.c.human_id == human_id)
+                )
+            ).scalar_one()
+            if held >= self.endpoints_per_human:
+                # Every per-endpoint quota (rate, hooks, sessions) multiplies by this number.
+                raise Conflict(
+                    f"this human holds {held} endpoints, the most allowed (SWITCHBOARD_ENDPOINTS_PER_HUMAN)"
+                )
             await conn.execute(
                 insert(endpoints).values(
                     id=eid,

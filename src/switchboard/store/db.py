@@ -18,6 +18,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.dml import UpdateBase
 
 from switchboard.store.errors import Conflict, StoreUnavailable
+from switchboard.store.files import secure_sqlite
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 _Compiled = tuple[str, tuple[str, ...], dict[str, Any]]
@@ -118,7 +119,7 @@ class Database:
         if self.is_sqlite:
             db_path = self.engine.url.database
             if db_path and db_path != ":memory:":
-                Path(db_path).parent.mkdir(parents=True, exist_ok=True)
+                secure_sqlite(Path(db_path))
         async with self._writer.begin() as conn:
             if not self.is_sqlite:
                 await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})

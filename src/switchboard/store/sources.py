@@ -14,6 +14,7 @@ from switchboard.store.accounts import QUEUE, SLUG
 from switchboard.store.db import Database
 from switchboard.store.errors import Conflict, NotFound
 from switchboard.store.schema import endpoints, routes, sources
+from switchboard.text import admit_label
 
 KINDS = ("gitea", "github", "standard", "generic")
 TRUSTS = ("signature", "token", "none")
@@ -119,14 +120,28 @@ class SourceStore:
             raise ValueError("queue must be lower-case letters, digits, '.', '_' or '-'")
         if kind is not None and not (0 < len(kind) <= 100):
             raise ValueError("kind must be 1-100 characters")
+        if kind is not None:
+            admit_label(kind, "kind")
         rid = new_id("rt")
         async with self.db.begin() as conn:
-            src = (await conn.execute(select(sources.c.id).where(sources.c.slug == source_slug))).first()
+            src = (
+                await conn.execute(
+                    select(sources.c.id, sources.c.human_id).where(sources.c.slug == source_slug)
+                )
+            ).first()
             if src is None:
                 raise NotFound(f"no source {source_slug!r}")
-            ep = (await conn.execute(select(endpoints.c.id).where(endpoints.c.slug == endpoint_slug))).first()
+            ep = (
+                await conn.execute(
+                    select(endpoints.c.id, endpoints.c.human_id).where(endpoints.c.slug == endpoint_slug)
+                )
+            ).first()
             if ep is None:
                 raise NotFound(f"no endpoint {endpoint_slug!r}")
+            if ep.human_id != src.human_id:
+                # Whichever face asks (CLI, web): a route would hand one human's deliveries to another's
+                # agent. Same answer as an unknown endpoint, so it reveals nothing about other tenants.
+                raise NotFound(f"no endpoint {endpoint_slug!r} owned by the source's human")
             dup = await conn.execute(
                 select(routes.c.id).where(
                     routes.c.source_id == src.id,

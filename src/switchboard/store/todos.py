@@ -8,7 +8,7 @@ so across instances each row moves exactly once: on PostgreSQL the claim and swe
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,15 @@ from switchboard.store.db import Database
 from switchboard.store.schema import LIVE_DEDUP_PREDICATE, LIVE_STATUSES, todos
 from switchboard.store.schema_console import todo_events
 from switchboard.store.transitions import Transition, TransitionHub
+from switchboard.text import admit
+
+# Called on the moved row inside the transaction that moves it (docs/mcp.md, "Answers and state"): if
+# it raises, the move rolls back, so a caller is never told "failed" about a change that committed.
+Answer = Callable[[Row[Any]], object]
+
+# An ack result is also an A2A task's artifact: a protobuf Struct, whose JSON parser stops at 100 message
+# levels, two per JSON level. Deeper results would make every GetTask and ListTasks of that sender fail.
+MAX_RESULT_DEPTH = 32
 
 _MOVED = (
     todos.c.id,
@@ -153,7 +162,11 @@ class TodoStore:
 
     async def create(self, items: Sequence[NewTodo]) -> CreateResult:
         """Insert todos in one transaction. A live todo with the same dedup key absorbs a redelivery
-        silently: nothing is inserted and nothing is published for it."""
+        silently: nothing is inserted and nothing is published for it. A payload that is not storable
+        JSON raises :class:`switchboard.text.Unstorable` before anything is written, whichever face
+        sent it."""
+        for item in items:
+            admit(item.payload)
         now = self.clock.now()
         created: list[Transition] = []
         dedup = 0
@@ -195,7 +208,7 @@ class TodoStore:
     # -- claim, heartbeat, ack, fail, cancel ---------------------------------------------------------
 
     async def claim_next(
-        self, endpoint_id: str, queues: Sequence[str], lease_seconds: float
+        self, endpoint_id: str, queues: Sequence[str], lease_seconds: float, *, answer: Answer | None = None
     ) -> Row[Any] | None:
         if not queues:
             return None
@@ -214,10 +227,16 @@ class TodoStore:
             .values(**_claimed(now, lease_seconds))
             .returning(*todos.c)
         )
-        return await self._move_one(stmt, "claimed", None, now)
+        return await self._move_one(stmt, "claimed", None, now, answer)
 
     async def claim(
-        self, endpoint_id: str, todo: str, queues: Sequence[str], lease_seconds: float
+        self,
+        endpoint_id: str,
+        todo: str,
+        queues: Sequence[str],
+        lease_seconds: float,
+        *,
+        answer: Answer | None = None,
     ) -> Row[Any] | None:
         now = self.clock.now()
         stmt = (
@@ -231,7 +250,19 @@ class TodoStore:
             .values(**_claimed(now, lease_seconds))
             .returning(*todos.c)
         )
-        return await self._move_one(stmt, "claimed", None, now)
+        return await self._move_one(stmt, "claimed", None, now, answer)
+
+    async def bury(self, endpoint_id: str, todo: str, reason: str) -> Row[Any] | None:
+        """Pending to ``dead`` with ``reason``: for a todo that no claim can ever answer (a row stored
+        before the text boundary existed), so it neither blocks its queue nor is lost silently."""
+        now = self.clock.now()
+        stmt = (
+            update(todos)
+            .where(todos.c.id == todo, todos.c.endpoint_id == endpoint_id, todos.c.status == "pending")
+            .values(status="dead", last_error=reason[:2000], retry_at=None, updated_at=ms(now))
+            .returning(*todos.c)
+        )
+        return await self._move_one(stmt, "dead", "unanswerable", now)
 
     async def heartbeat(self, endpoint_id: str, todo: str, lease_seconds: float) -> Row[Any] | None:
         now = self.clock.now()
@@ -245,6 +276,9 @@ class TodoStore:
             return (await conn.execute(stmt)).first()
 
     async def ack(self, endpoint_id: str, todo: str, result: Any) -> Row[Any] | None:
+        """Raises :class:`switchboard.text.Unstorable` (nothing written) for a result no reader could
+        parse back: lone surrogates, NaN, nesting past :data:`MAX_RESULT_DEPTH`."""
+        admit(result, max_depth=MAX_RESULT_DEPTH)
         now = self.clock.now()
         stmt = (
             update(todos)
@@ -252,7 +286,7 @@ class TodoStore:
             .values(
                 status="done",
                 lease_expires_at=None,
-                result=None if result is None else json.dumps(result),
+                result=None if result is None else json.dumps(result, allow_nan=False),
                 updated_at=ms(now),
             )
             .returning(*todos.c)
@@ -325,10 +359,19 @@ class TodoStore:
         return await self._move_one(stmt, "requeued", "operator", now, actor=actor)
 
     async def _move_one(
-        self, stmt: Any, transition: str, reason: str | None, now: float, *, actor: str | None = None
+        self,
+        stmt: Any,
+        transition: str,
+        reason: str | None,
+        now: float,
+        answer: Answer | None = None,
+        *,
+        actor: str | None = None,
     ) -> Row[Any] | None:
         async with self.db.begin() as conn:
             row = (await conn.execute(stmt)).first()
+            if row is not None and answer is not None:
+                answer(row)  # raising here rolls the move back
             transitions = [] if row is None else [self._transition(row, transition, reason, now)]
             leases = {} if row is None else {row.id: row.lease_expires_at}
             await self._commit(conn, transitions, actor=actor, leases=leases)
@@ -497,7 +540,11 @@ _INSERT_IGNORE_PG = (
 def _insert_values(item: NewTodo, now_ms: int) -> dict[str, Any]:
     dedup_key = None
     if item.delivery_id and item.source_id:
-        dedup_key = f"{item.source_id}|{item.delivery_id}|{item.queue}|{item.endpoint_id or ''}"
+        # Verification is part of the key (docs/ingest.md, "Deduplication"): an unverified delivery can
+        # only absorb unverified redeliveries, so one sent first with a chosen delivery id never stands in
+        # for the genuinely signed delivery that carries the same id.
+        trusted = "" if sender_gate(item.verified, item.via_token) else "u|"
+        dedup_key = f"{trusted}{item.source_id}|{item.delivery_id}|{item.queue}|{item.endpoint_id or ''}"
     return {
         "id": todo_id(),
         "endpoint_id": item.endpoint_id,
@@ -506,7 +553,7 @@ def _insert_values(item: NewTodo, now_ms: int) -> dict[str, Any]:
         "source": item.source,
         "source_id": item.source_id,
         "title": item.title,
-        "payload": json.dumps(item.payload, separators=(",", ":")),
+        "payload": json.dumps(item.payload, separators=(",", ":"), allow_nan=False),
         "status": "pending",
         "attempt": 0,
         "delivery_id": item.delivery_id,

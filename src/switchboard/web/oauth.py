@@ -14,6 +14,7 @@ shrinks every token at once, and widening it never widens a token.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,6 +36,7 @@ from pydantic import ValidationError
 from switchboard.mcp.auth import ENDPOINT_CLAIM, GRANT_CLAIM, OAUTH_CLIENT_CLAIM, VIA_CLAIM, VIA_OAUTH
 from switchboard.obs.logs import get_logger
 from switchboard.services import Services
+from switchboard.text import storable, summary
 from switchboard.verbs import ALL_VERBS
 from switchboard.web.keys import Keys
 from switchboard.web.oauth_store import ACCESS, REFRESH, CodeRecord, OAuthStore
@@ -77,6 +79,11 @@ class SwitchboardAccess(AccessToken):
     grant_id: str
 
 
+_NETLOC = re.compile(
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\])(?::\d{1,5})?"
+)
+
+
 def redirect_uri_problem(uri: str) -> str | None:
     """Why a redirect URI may not be registered, or None. https anywhere, http on loopback only (RFC
     8252 native apps), or an app's private-use scheme such as ``cursor://``; never a scheme a browser
@@ -87,6 +94,11 @@ def redirect_uri_problem(uri: str) -> str | None:
     scheme = parts.scheme.lower()
     if parts.fragment:
         return "redirect URI must not have a fragment"
+    if "@" in parts.netloc:
+        return "redirect URI must not carry user information"
+    if parts.netloc and not _NETLOC.fullmatch(parts.netloc):
+        # The origin goes into the consent page's CSP form-action: only a plain host[:port] may.
+        return "redirect URI host must be a DNS name or an IP address, with an optional port"
     if scheme == "https":
         return None if parts.hostname else "https redirect URI needs a host"
     if scheme == "http":
@@ -135,8 +147,10 @@ class OAuthProvider(OAuthAuthorizationServerProvider[SwitchboardCode, Switchboar
             problem = redirect_uri_problem(uri)
             if problem:
                 raise RegistrationError("invalid_redirect_uri", problem)
-        name = (client_info.client_name or "").strip()[:200] or None
+        # Shown on the consent screen: one line of visible words, nothing that reorders or hides text.
+        name = summary(storable(client_info.client_name or ""), 200) or None
         info = client_info.model_dump(mode="json", exclude={"client_id", "client_secret", "scope"})
+        info["client_name"] = name
         await self.store.create_client(client_info.client_id or "", name, info, client_info.client_secret)
         log.info("oauth client registered", client_id=client_info.client_id, client_name=name or "")
 

@@ -7,6 +7,7 @@ and JS and has no inline script or style, so ``'unsafe-inline'`` is never needed
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
@@ -27,10 +28,15 @@ _BASE_CSP = (
 )
 
 
+_CSP_SOURCE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:(?://[A-Za-z0-9.\[\]:-]+)?")
+
+
 def content_security_policy(form_action: Iterable[str] = ()) -> str:
     """``form-action`` also governs where a submitted form may redirect, so the OAuth consent form
     adds the client's redirect origin (and only that) through the scope key above."""
-    sources = " ".join(["'self'", *form_action])
+    # Defence in depth: registration already validates redirect hosts; a source that could end the
+    # directive or add one is dropped here rather than copied into a header.
+    sources = " ".join(["'self'", *(src for src in form_action if _CSP_SOURCE.fullmatch(src))])
     return "; ".join([*_BASE_CSP, f"form-action {sources}"])
 
 

@@ -215,7 +215,9 @@ async def test_body_over_1_mib_is_413_and_stores_nothing(inst: Instance) -> None
     async with connect(inst, a.token, statuses=statuses) as client:
         await call(client, "self_test", padding="x" * (512 * 1024))  # under the cap: stored
         assert await count_todos(inst) == 1
-        with pytest.raises(MCPError, match="error response"):  # the SDK's view of the HTTP 413
+        with pytest.raises(
+            MCPError, match="capped at 1048576 bytes"
+        ):  # the boundary's 413 (switchboard.boundary)
             await client.call_tool("self_test", {"padding": "x" * (1024 * 1024)})
     assert 413 in statuses
     assert await count_todos(inst) == 1

@@ -2,11 +2,14 @@
 
 A failed sign-in says only that the email or the password is wrong (``check_password`` verifies
 against a dummy hash for unknown emails, so timing does not tell either). Attempts are limited per
-client address and per email, in this instance.
+client address and per email from that address, in this instance, so a stranger cannot lock an account
+out by spending its attempts from elsewhere; past the same budget for one email from everywhere, each
+attempt (right or wrong password alike) waits :data:`SLOW_DOWN_SECONDS` first (docs/web.md).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 
 from starlette.responses import Response
@@ -19,6 +22,7 @@ from switchboard.web.security import safe_next
 
 BAD_LOGIN = "That email and password do not match an account."
 PASSWORD_MIN = 10
+SLOW_DOWN_SECONDS = 1.0
 
 
 async def home(v: Visit) -> Response:
@@ -35,7 +39,7 @@ async def login(v: Visit) -> Response:
     password = v.form.get("password")
     client = v.request.client.host if v.request.client else "unknown"
     limiter = v.web.login_limiter
-    if not (limiter.allow(f"ip:{client}") and limiter.allow(f"email:{email}")):
+    if not (limiter.allow(f"ip:{client}") and limiter.allow(f"email:{email}|ip:{client}")):
         return _login_page(
             v,
             next_path,
@@ -43,6 +47,8 @@ async def login(v: Visit) -> Response:
             status=429,
             error="Too many sign-in attempts. Wait a minute, then try again.",
         )
+    if not limiter.allow(f"email:{email}"):
+        await asyncio.sleep(SLOW_DOWN_SECONDS)  # a brute force across many addresses slows; no lockout
     human = await v.web.services.accounts.check_password(email, password) if email and password else None
     if human is None:
         return _login_page(v, next_path, email=email, status=401, error=BAD_LOGIN)
