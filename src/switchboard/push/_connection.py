@@ -91,8 +91,7 @@ class _Wire(asyncio.Protocol):
         self._ended = True
         self._lost = exc
         self._wake()
-        if self._writable is not None and not self._writable.done():
-            self._writable.set_exception(ConnectionResetError("connection lost"))
+        self.resume_writing()  # a writer waiting for room goes on; its next read finds the loss
 
     def pause_writing(self) -> None:
         self._writable = asyncio.get_running_loop().create_future()

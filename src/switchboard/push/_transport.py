@@ -49,6 +49,7 @@ RESERVED_HEADERS = frozenset(
     }
 )
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # what an HTTP field value may not hold (tab may)
 _USER_AGENT = USER_AGENT.encode("ascii")
 
 #: Connect failures after which an origin fails fast for a while.
@@ -153,7 +154,7 @@ def _check_header(name: str, value: str) -> tuple[bytes, bytes]:
     lowered = name.lower()
     if lowered in RESERVED_HEADERS:
         raise ValueError(f"header {lowered!r} is set by the Sender and may not be supplied")
-    if not value.isascii() or any(c in value for c in "\r\n\0"):
+    if not value.isascii() or _CONTROL.search(value):
         raise ValueError(f"invalid value for header {lowered!r}")  # value not echoed: may be secret
     return lowered.encode("ascii"), value.strip().encode("ascii")
 
