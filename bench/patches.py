@@ -9,7 +9,7 @@ keep the guarantees the real change would have to keep; none is used by ``python
   Today every read takes SQLite's write lock, so reads queue behind writes and each other in the busy
   handler's sleep-and-retry loop.
 * ``no_keepalive``, ``no_inbound_priority``, ``one_worker_process``, ``one_read_per_attempt`` and
-  ``anyio_backend`` undo shipped changes, so what each buys is measured side by side with the shipped
+  ``httpcore_transport`` undo shipped changes, so what each buys is measured side by side with the shipped
   code. ``worker_sched_idle`` tries ``SCHED_IDLE`` for the worker processes instead of niceness +10. (The earlier what-ifs ``keepalive``, ``match_cache`` and
   ``lazy_health`` were removed once keep-alive, batch matching and folded health writes shipped.)
 """
@@ -138,16 +138,27 @@ def one_read_per_attempt() -> None:
 
 
 @patch
-def anyio_backend() -> None:
-    """Undo a shipped change: the pinned backend dials through httpcore's AnyIO backend."""
-    import httpcore
+def httpcore_transport() -> None:
+    """Undo a shipped change: the Sender on httpcore's connection pool, as it was at ``73d3131`` (read
+    from git and loaded beside the shipped one), so the h11 connection layer that replaced it is
+    measured against it side by side. Needs git, the repository's history and httpcore (installed
+    with httpx)."""
+    import subprocess
+    import sys
+    import types
+    from pathlib import Path
 
-    from switchboard.push import _transport
+    import switchboard.outbound
 
-    init = _transport._PinnedBackend.__init__
-
-    def patched(self: Any, *args: Any, **kwargs: Any) -> None:
-        init(self, *args, **kwargs)
-        self._inner = httpcore.AnyIOBackend()
-
-    _transport._PinnedBackend.__init__ = patched  # type: ignore[method-assign]
+    root = Path(__file__).resolve().parent.parent
+    source = subprocess.run(
+        ["git", "-C", str(root), "show", "73d3131:src/switchboard/push/_transport.py"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    module = types.ModuleType("switchboard.push._transport_73d3131")
+    module.__package__ = "switchboard.push"
+    sys.modules[module.__name__] = module
+    exec(compile(source, "switchboard/push/_transport_73d3131.py", "exec"), module.__dict__)
+    switchboard.outbound.Sender = module.Sender  # type: ignore[attr-defined]

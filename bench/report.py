@@ -21,6 +21,7 @@ PACKAGES = (
     "a2a-sdk",
     "httpx",
     "httpcore",
+    "h11",
     "uvicorn",
     "starlette",
     "sqlalchemy",

@@ -31,7 +31,7 @@ CONFIGS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("as shipped", ()),
     ("one worker process", ("one_worker_process",)),
     ("one read per attempt", ("one_read_per_attempt",)),
-    ("httpcore's AnyIO backend", ("anyio_backend",)),
+    ("httpcore's pool (73d3131)", ("httpcore_transport",)),
     ("without keep-alive", ("no_keepalive",)),
 )
 #: What the isolation runs compare with the shipped code.

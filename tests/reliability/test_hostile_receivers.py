@@ -171,7 +171,7 @@ def scenarios() -> list[Scenario]:
             Verdict(["2xx"], 200, None, True),
             raw(stalled_body, hangup_within=DEADLINE + SLACK),
         ),
-        # httpcore's h11 takes a head of up to 100 KiB (MAX_INCOMPLETE_EVENT_SIZE); a 2xx is a 2xx.
+        # The transport lets h11 take a head of up to 100 KiB (push/_connection.py MAX_HEAD); a 2xx is a 2xx.
         Scenario(
             "100 KiB of response headers",
             Verdict(["2xx"], 200, None, True, max_attempt_seconds=2.0),

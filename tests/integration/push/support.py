@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import h11
 import pytest
 
-from switchboard.push import _transport
+from switchboard.push import _connection
 from tests.support.receivers import HTTPSReceiver, RecordedRequest
 
 HOST = "hooks.test"
@@ -94,23 +94,21 @@ class PeerReceiver(HTTPSReceiver):
 
 
 class DialCounter:
-    """Counts the TCP connects the Sender's pinned backend makes (``attach`` patches its asyncio
-    backend, the only thing the pinned backend dials through)."""
+    """Counts the TCP connects the Sender makes (``attach`` wraps ``_connection.connect_tcp``, the only
+    place the transport opens a socket)."""
 
     def __init__(self) -> None:
         self.dials: list[tuple[str, int]] = []
 
     def attach(self, monkeypatch: pytest.MonkeyPatch) -> DialCounter:
-        original = _transport._AsyncioBackend.connect_tcp
+        original = _connection.connect_tcp
         counter = self
 
-        async def counting(
-            self: _transport._AsyncioBackend, host: str, port: int, *args: object, **kw: object
-        ) -> object:
-            counter.dials.append((host, port))
-            return await original(self, host, port, *args, **kw)  # type: ignore[arg-type]
+        async def counting(ip: str, port: int) -> tuple[asyncio.Transport, asyncio.Protocol]:
+            counter.dials.append((ip, port))
+            return await original(ip, port)
 
-        monkeypatch.setattr(_transport._AsyncioBackend, "connect_tcp", counting)
+        monkeypatch.setattr(_connection, "connect_tcp", counting)
         return self
 
 

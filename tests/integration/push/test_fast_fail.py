@@ -1,7 +1,7 @@
 """Per-origin fast-fail: after a connect to an origin is refused, further attempts to it within
 ``fast_fail_seconds`` fail at once without dialling, on real sockets on loopback.
 
-Dials are counted at the only place the pinned backend opens sockets (httpcore's AnyIO backend);
+Dials are counted at the only place the transport opens sockets (`_connection.connect_tcp`);
 the window runs on an injected clock. ``send`` still validates first, so a URL that now resolves to
 a refused address is ``rejected_ssrf``, never a fast network failure.
 """

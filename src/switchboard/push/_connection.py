@@ -1,0 +1,307 @@
+"""One HTTP/1.1 connection to one validated address: asyncio's transport API underneath, ``h11`` on top.
+
+Public APIs only. ``h11`` (the protocol state machine httpcore itself is built on) turns our request into
+bytes and the receiver's bytes into events, and says whether both sides finished the message cleanly and
+whether bytes beyond the response are waiting (``trailing_data``). asyncio's ``loop.create_connection``
+opens the socket to an IP literal (no lookup) and ``loop.start_tls`` runs TLS on it against the URL's
+host. The connection's :class:`_Wire` (an ``asyncio.Protocol`` of ours) holds the bytes that arrived,
+so a kept connection can tell, before it carries a request, that its server closed it or sent what
+nobody asked for while it was idle: asyncio's ``StreamReader`` offers no public way to ask that.
+
+:func:`connect_tcp` is the only place a socket is opened; :func:`dial` is the only caller, and it dials
+only the addresses it is given (a ``ValidatedTarget``'s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import ssl
+import time
+from collections.abc import Iterable, Sequence
+from typing import cast
+
+import h11
+
+from ._errors import NetworkFailure, PushError, Stage, TLSFailure
+
+#: The most a response head may take (h11 refuses a longer one; httpcore used the same bound).
+MAX_HEAD = 100 * 1024
+#: Reading from the socket pauses while this much arrived and was not taken yet.
+_HIGH_WATER = 256 * 1024
+_X509_V_ERR_HOSTNAME_MISMATCH = 62
+_X509_V_ERR_IP_ADDRESS_MISMATCH = 64
+
+Headers = Sequence[tuple[bytes, bytes]]
+
+
+class Progress:
+    """One attempt's state: how far it got (so a failure is blamed on the right stage), its deadline
+    (for each address's share of a dial), and whether it dialled or reused a connection."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.stage: Stage = "connect"
+        self.response_bytes = 0
+        self.body_read = 0  # body bytes read and discarded, counted as they arrive
+        self.tls_reason: str | None = None
+        self.connect_reason: str | None = None
+        self.connected = False  # this attempt opened a TCP connection
+        self.reused = False  # this attempt's request went out on a connection an earlier one opened
+
+    def remaining(self) -> float:
+        return max(self.deadline - time.monotonic(), 0.0)
+
+
+class _PeerClosed(ConnectionError):
+    """The receiver closed the connection before a complete response head: ``connection_lost`` when
+    nothing came back, ``protocol`` when what came back was not one."""
+
+
+class _Wire(asyncio.Protocol):
+    """The bytes a connection received and not yet handed to h11, whether it ended, and write
+    back-pressure. Reading pauses above ``_HIGH_WATER`` so a receiver cannot fill our memory."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._ended = False  # EOF or connection lost
+        self._lost: BaseException | None = None
+        self._paused = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._writable: asyncio.Future[None] | None = None
+
+    # -- asyncio's callbacks
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        if len(self._buffer) > _HIGH_WATER and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self._ended = True
+        self._wake()
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._ended = True
+        self._lost = exc
+        self._wake()
+        self.resume_writing()  # a writer waiting for room goes on; its next read finds the loss
+
+    def pause_writing(self) -> None:
+        self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+        self._writable = None
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    # -- ours
+    def untouched(self) -> bool:
+        """Nothing arrived, nothing ended: what an idle connection must be before it is reused."""
+        return (
+            not self._buffer
+            and not self._ended
+            and self.transport is not None
+            and not self.transport.is_closing()
+        )
+
+    async def read(self) -> bytes:
+        """What arrived (waiting for something), or ``b""`` at EOF."""
+        while not self._buffer:
+            if self._ended:
+                if self._lost is not None:
+                    raise ConnectionResetError("connection lost") from self._lost
+                return b""
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        data = bytes(self._buffer)
+        self._buffer.clear()
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+        return data
+
+    async def write(self, data: bytes) -> None:
+        if self._ended or self.transport is None or self.transport.is_closing():
+            raise ConnectionResetError("connection closed")
+        self.transport.write(data)
+        if self._writable is not None:
+            await self._writable
+
+
+async def connect_tcp(ip: str, port: int) -> tuple[asyncio.Transport, _Wire]:
+    """Open a TCP connection to an IP literal (asyncio does no lookup for one). The only place a socket
+    is opened; tests count dials here."""
+    return await asyncio.get_running_loop().create_connection(_Wire, ip, port)
+
+
+async def dial(
+    ips: Sequence[str], port: int, host: str, ssl_context: ssl.SSLContext | None, progress: Progress
+) -> Connection:
+    """Connect to the first of ``ips`` that answers, each given a fair share of the time left (one
+    black-holed address cannot use it all), then TLS verified against ``host``. Raises ``TimeoutError``
+    or ``OSError`` (with ``progress`` saying the stage and reason)."""
+    last: BaseException | None = None
+    for index, ip in enumerate(ips):
+        try:
+            async with asyncio.timeout(progress.remaining() / (len(ips) - index)):
+                transport, wire = await connect_tcp(ip, port)
+        except (TimeoutError, OSError) as exc:
+            last = exc
+            continue
+        break
+    else:
+        if isinstance(last, OSError):
+            progress.connect_reason = _connect_reason(last)
+        raise last if last is not None else OSError("no validated address")
+    progress.connected = True
+    if ssl_context is not None:
+        progress.stage = "tls"
+        try:
+            tls = await asyncio.get_running_loop().start_tls(
+                transport, wire, ssl_context, server_hostname=host
+            )
+        except BaseException as exc:
+            transport.abort()
+            progress.tls_reason = _tls_reason(exc)
+            raise
+        if tls is None:  # pragma: no cover - only for a transport that cannot do TLS
+            raise OSError("TLS could not start")
+        wire.transport = tls
+    return Connection(wire)
+
+
+class Connection:
+    """One HTTP/1.1 connection: one request at a time, kept only when both sides finished cleanly."""
+
+    def __init__(self, wire: _Wire) -> None:
+        self._wire = wire
+        self._h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
+        self.idle_since = 0.0
+
+    def reusable(self) -> bool:
+        """Idle, and nothing arrived or ended while it was: the server neither closed it nor sent what
+        nobody asked for (either would be read as the next answer)."""
+        return (
+            self._h11.our_state is h11.IDLE and self._h11.their_state is h11.IDLE and self._wire.untouched()
+        )
+
+    async def request(self, head: h11.Request, body: bytes, progress: Progress) -> tuple[int, Headers]:
+        """Send the request and return the response status and headers (1xx skipped, as httpcore does;
+        a 101 is returned, since nothing asked to switch protocols)."""
+        progress.stage = "send"
+        out = self._h11.send(head) or b""
+        out += self._h11.send(h11.Data(data=body)) or b""
+        out += self._h11.send(h11.EndOfMessage()) or b""
+        await self._wire.write(out)
+        progress.stage = "response"
+        while True:
+            event = await self._next_event(progress)
+            if isinstance(event, h11.Response) or (
+                isinstance(event, h11.InformationalResponse) and event.status_code == 101
+            ):
+                return event.status_code, event.headers
+
+    async def read_body(self, limit: int, progress: Progress) -> None:
+        """Read and count (in ``progress.body_read``) the body until it ends or ``limit`` bytes came;
+        a body cut short leaves the connection mid-message, so it is closed, not kept."""
+        while progress.body_read < limit:
+            event = self._h11.next_event()
+            if event is h11.NEED_DATA:
+                data = await self._wire.read()
+                progress.response_bytes += len(data)
+                self._h11.receive_data(data)
+            elif isinstance(event, h11.Data):
+                progress.body_read += len(event.data)
+            elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed) or event is h11.PAUSED:
+                return
+
+    def finish(self) -> bool:
+        """Ready the connection for another request if both sides finished the message cleanly and
+        nothing beyond the response arrived; False when it must be closed instead."""
+        if self._h11.our_state is not h11.DONE or self._h11.their_state is not h11.DONE:
+            return False
+        if self._h11.trailing_data != (b"", False):
+            return False
+        self._h11.start_next_cycle()
+        return self._wire.untouched()
+
+    def close(self) -> None:
+        if self._wire.transport is not None:
+            self._wire.transport.close()
+
+    async def _next_event(self, progress: Progress) -> h11.Event:
+        while True:
+            event = self._h11.next_event()
+            if event is h11.NEED_DATA:
+                data = await self._wire.read()
+                if not data and self._h11.their_state is h11.SEND_RESPONSE:
+                    raise _PeerClosed("closed before a response")
+                progress.response_bytes += len(data)
+                self._h11.receive_data(data)
+                continue
+            if event is h11.PAUSED:  # pragma: no cover - only after a complete response
+                raise h11.RemoteProtocolError("unexpected data")
+            return cast(h11.Event, event)
+
+
+# --- classifying failures -------------------------------------------------------------------------
+
+
+def failure(exc: BaseException, progress: Progress) -> PushError:
+    """The push error for a failed dial or exchange (not a timeout), by the stage it reached."""
+    stage = progress.stage
+    if stage == "tls":
+        return TLSFailure(progress.tls_reason or _tls_reason(exc))
+    if stage == "connect":
+        return NetworkFailure(stage="connect", reason=progress.connect_reason or _connect_reason(exc))
+    if isinstance(exc, h11.ProtocolError | _PeerClosed) and progress.response_bytes:
+        return NetworkFailure(stage=stage, reason="protocol")  # it answered, but not in HTTP/1.1
+    return NetworkFailure(stage=stage, reason="connection_lost")  # it hung up without a word
+
+
+def _causes(exc: BaseException) -> Iterable[BaseException]:
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        if isinstance(current, BaseExceptionGroup):
+            todo.extend(current.exceptions)
+        for nxt in (current.__cause__, current.__context__):
+            if nxt is not None:
+                todo.append(nxt)
+
+
+def _tls_reason(exc: BaseException) -> str:
+    for cause in _causes(exc):
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            if cause.verify_code in (_X509_V_ERR_HOSTNAME_MISMATCH, _X509_V_ERR_IP_ADDRESS_MISMATCH):
+                return "hostname_mismatch"
+            return "certificate"
+    return "handshake"
+
+
+def _connect_reason(exc: BaseException) -> str:
+    for cause in _causes(exc):
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection_refused"
+        if isinstance(cause, OSError) and cause.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
+            return "unreachable"
+    return "connect_failed"
