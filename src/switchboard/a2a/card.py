@@ -41,9 +41,10 @@ def build_card(settings: Settings, *, push_enabled: bool) -> AgentCard:
     return AgentCard(
         name="Switchboard",
         description=(
-            "A work queue for AI agents. Send a message naming a queue (message.metadata.queue) and, "
-            "optionally, an endpoint (message.metadata.endpoint): it becomes a task that a worker "
-            "endpoint claims over MCP. Register a push notification config to hear of every transition."
+            "A work queue for AI agents. Send a message: it becomes a task on your endpoint's default "
+            "A2A queue, or on the queue message.metadata.queue names (optionally with the endpoint, "
+            "message.metadata.endpoint), which a worker endpoint claims over MCP. Follow it with "
+            "GetTask, a stream (SendStreamingMessage, SubscribeToTask), or push notifications."
         ),
         version=__version__,
         provider=AgentProvider(organization="Switchboard (self-hosted)", url=base_url(settings)),
@@ -55,7 +56,7 @@ def build_card(settings: Settings, *, push_enabled: bool) -> AgentCard:
             )
         ],
         capabilities=AgentCapabilities(
-            streaming=False, push_notifications=push_enabled, extended_agent_card=False
+            streaming=True, push_notifications=push_enabled, extended_agent_card=False
         ),
         security_schemes={
             BEARER: SecurityScheme(
