@@ -25,6 +25,9 @@ from switchboard.settings import Settings
 
 A2A_PATH: Final = "/a2a"
 CARD_PATH: Final = "/.well-known/agent-card.json"
+# The same card under the interface URL: clients (the A2A TCK among them) that append the well-known
+# path to the URL they were given find it there too.
+INTERFACE_CARD_PATH: Final = A2A_PATH + CARD_PATH
 PROTOCOL_VERSION: Final = "1.0"
 BEARER: Final = "bearer"
 
@@ -63,8 +66,8 @@ def build_card(settings: Settings, *, push_enabled: bool) -> AgentCard:
                 http_auth_security_scheme=HTTPAuthSecurityScheme(
                     scheme="Bearer",
                     description=(
-                        "An endpoint credential (sbt_...) vended by its human, or an OAuth access token "
-                        "issued to that endpoint. The endpoint's scope must grant the A2A verbs."
+                        "The sbt_... string vended for a Switchboard endpoint, or an OAuth grant issued "
+                        "to that endpoint. The endpoint's scope must grant the A2A verbs."
                     ),
                 )
             )

@@ -192,6 +192,8 @@ class Gate:
                     *request.scope["headers"],
                     (VERSION_HEADER.encode(), version.encode("latin-1", "replace")),
                 ]
+        if method not in METHOD_VERBS:
+            method = ""  # not an A2A method: the SDK answers -32601 whatever the version
         if version is None and method and "/" not in method:
             # No version at all, and a v1.0 name that no v0.3 method has: it can only mean 1.0.
             version = "1.0"

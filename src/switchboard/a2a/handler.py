@@ -174,15 +174,13 @@ class Handler(RequestHandler):
     async def _send(self, endpoint: Endpoint, params: SendMessageRequest) -> TaskRecord:
         """Create the message's task, or find the one a resend of the same messageId created."""
         message = params.message
-        if message.task_id:
-            raise errors.unsupported(
-                "follow-up messages to an existing task are not supported: send a new message, which "
-                "starts a new task"
-            )
+        _history(params.configuration.history_length, params.configuration.HasField("history_length"))
         if not message.parts:
             raise errors.invalid("message.parts must not be empty")
         if len(message.message_id) > MAX_MESSAGE_ID:
             raise errors.invalid(f"message.messageId must be at most {MAX_MESSAGE_ID} characters")
+        if message.task_id:
+            return await self._follow_up(endpoint, message)
         first = await self._resent(endpoint, message.message_id)
         if first is not None:  # a resend (a retry after a timeout, say): the first task, not a new one
             return first
@@ -222,6 +220,26 @@ class Handler(RequestHandler):
                 raise
             return again
         return await self._own(endpoint, created.created[0])
+
+    async def _follow_up(self, endpoint: Endpoint, message: Message) -> TaskRecord:
+        """A follow-up turn: appended to the caller's task (history and the todo's payload)."""
+        record = await self._own(endpoint, message.task_id)
+        if message.context_id and message.context_id != record.context_id:
+            raise errors.invalid("message.contextId must be the task's contextId")
+        stored = Message()
+        stored.CopyFrom(message)
+        stored.context_id = record.context_id
+        outcome = await self.tasks.append_followup(
+            endpoint.id, record.id, json.loads(storable(message_to_json(stored))), TERMINAL_STATUSES
+        )
+        if outcome == "missing":
+            raise errors.task_not_found()
+        if outcome == "terminal":
+            raise errors.unsupported(
+                f"the task is {state_name(record.status)} and accepts no more messages: send a new "
+                "message (with the same contextId to continue the conversation)"
+            )
+        return await self._own(endpoint, record.id)
 
     async def _resent(self, endpoint: Endpoint, message_id: str) -> TaskRecord | None:
         return await self.tasks.by_message_id(endpoint.id, message_id) if message_id else None
@@ -506,9 +524,11 @@ async def _parse(
     )
 
 
-def _history(length: int, present: bool) -> bool:
-    """The only history is the sent message: ``historyLength: 0`` leaves it out."""
-    return not present or length > 0
+def _history(length: int, present: bool) -> int | None:
+    """``historyLength``: the most recent N messages (0: none); unset: all."""
+    if present and length < 0:
+        raise errors.invalid("historyLength must not be negative")
+    return length if present else None
 
 
 def _title(message: Message, sender_slug: str) -> str:

@@ -12,6 +12,7 @@ in-transaction stage, which runs in the same task and transaction, writes the ro
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -72,6 +73,7 @@ _COLUMNS = (
     a2a_tasks.c.last_seq,
     todos.c.created_at,
     todos.c.updated_at,
+    a2a_tasks.c.followups,
 )
 
 
@@ -89,6 +91,7 @@ def _record(row: Row[Any]) -> TaskRecord:
         last_seq=int(row.last_seq),
         created_at=int(row.created_at),
         updated_at=int(row.updated_at),
+        followups=row.followups,
     )
 
 
@@ -195,6 +198,38 @@ class TaskStore:
         async with self.db.read() as conn:
             rows = (await conn.execute(stmt)).all()
         return [(int(r.seq), r.body) for r in rows]
+
+    async def append_followup(
+        self, owner_endpoint_id: str, task_id: str, message: dict[str, Any], terminal: frozenset[str]
+    ) -> str:
+        """Append a follow-up message to the caller's task, in its history and in the todo's payload
+        (``payload.a2a.followups``, which the worker reads when it claims). Returns "appended",
+        "duplicate" (a resend of a messageId the task already has), "terminal" or "missing"."""
+        lock = (
+            select(a2a_tasks.c.message, a2a_tasks.c.followups, todos.c.status, todos.c.payload)
+            .select_from(a2a_tasks.join(todos, todos.c.id == a2a_tasks.c.todo_id))
+            .where(a2a_tasks.c.todo_id == task_id, a2a_tasks.c.owner_endpoint_id == owner_endpoint_id)
+            .with_for_update()
+        )
+        async with self.db.begin() as conn:
+            row = (await conn.execute(lock)).first()
+            if row is None:
+                return "missing"
+            later: list[dict[str, Any]] = json.loads(row.followups) if row.followups else []
+            seen = {json.loads(row.message).get("messageId"), *(m.get("messageId") for m in later)}
+            if message.get("messageId") and message["messageId"] in seen:
+                return "duplicate"
+            if row.status in terminal:
+                return "terminal"
+            later.append(message)
+            payload = json.loads(row.payload)
+            if isinstance(payload, dict) and isinstance(payload.get("a2a"), dict):
+                payload["a2a"]["followups"] = later
+            await conn.execute(
+                update(a2a_tasks).where(a2a_tasks.c.todo_id == task_id).values(followups=json.dumps(later))
+            )
+            await conn.execute(update(todos).where(todos.c.id == task_id).values(payload=json.dumps(payload)))
+        return "appended"
 
     async def owned(self, owner_endpoint_id: str, task_id: str) -> bool:
         stmt = select(a2a_tasks.c.todo_id).where(

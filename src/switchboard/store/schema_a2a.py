@@ -46,6 +46,8 @@ a2a_tasks = Table(
     Column("message", Text, nullable=False),  # the sent Message, as A2A JSON (the task's history)
     # SendMessage's messageId: a resend with the same id returns this task (migration 0005, dedup)
     Column("message_id", String(255), nullable=True),
+    # Follow-up messages (a SendMessage with this taskId), JSON list of A2A Messages, oldest first
+    Column("followups", Text, nullable=True),
     Column("last_seq", BigInteger, nullable=False, server_default="0"),
     Column("terminal_at", BigInteger, nullable=True),  # set by the transition into done/dead/canceled
     Column("created_at", BigInteger, nullable=False),

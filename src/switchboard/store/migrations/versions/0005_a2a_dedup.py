@@ -32,6 +32,7 @@ def upgrade() -> None:
     )
     with op.batch_alter_table('a2a_tasks', schema=None) as batch_op:
         batch_op.add_column(sa.Column('message_id', sa.String(length=255), nullable=True))
+        batch_op.add_column(sa.Column('followups', sa.Text(), nullable=True))
         batch_op.alter_column('context_id', existing_type=sa.String(length=64), type_=sa.String(length=128), existing_nullable=False)
         batch_op.create_index('ux_a2a_tasks_message', ['owner_endpoint_id', 'message_id'], unique=True)
     with op.batch_alter_table('push_notification_configs', schema=None) as batch_op:
@@ -44,6 +45,7 @@ def downgrade() -> None:
     with op.batch_alter_table('a2a_tasks', schema=None) as batch_op:
         batch_op.drop_index('ux_a2a_tasks_message')
         batch_op.alter_column('context_id', existing_type=sa.String(length=128), type_=sa.String(length=64), existing_nullable=False)
+        batch_op.drop_column('followups')
         batch_op.drop_column('message_id')
     op.drop_table('a2a_endpoint_settings')
     op.drop_table('a2a_task_events')
