@@ -386,6 +386,33 @@ class TodoStore:
         oldest = min((int(r[2]) for r in rows), default=None)
         return total, sorted(str(r[0]) for r in rows), oldest
 
+    async def queue_overview(
+        self, endpoint_id: str, queues: Sequence[str], next_limit: int = 10
+    ) -> tuple[dict[str, dict[str, int]], list[str]]:
+        """An endpoint's todos on ``queues``: counts by queue and status, and the ids ``claim_next``
+        would take next (oldest pending first, in its order). For MCP ``resources/read``."""
+        if not queues:
+            return {}, []
+        where = (todos.c.endpoint_id == endpoint_id, todos.c.queue.in_(queues))
+        counts_stmt = (
+            select(todos.c.queue, todos.c.status, func.count())
+            .where(*where)
+            .group_by(todos.c.queue, todos.c.status)
+        )
+        next_stmt = (
+            select(todos.c.id)
+            .where(*where, todos.c.status == "pending")
+            .order_by(todos.c.created_at, todos.c.id)
+            .limit(next_limit)
+        )
+        async with self.db.read() as conn:
+            rows = (await conn.execute(counts_stmt)).all()
+            next_ids = [str(r[0]) for r in (await conn.execute(next_stmt)).all()]
+        counts: dict[str, dict[str, int]] = {}
+        for queue, status, n in rows:
+            counts.setdefault(str(queue), {})[str(status)] = int(n)
+        return counts, next_ids
+
 
 def _claimed(now: float, lease_seconds: float) -> dict[str, Any]:
     """What a claim writes, by claim_next and claim alike: the attempt counts claims."""
