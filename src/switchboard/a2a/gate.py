@@ -27,7 +27,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Message
 
-from switchboard.a2a.auth import METHOD_VERBS, authenticate_bearer, bearer_token, verbs_needed
+from switchboard.a2a.auth import (
+    METHOD_VERBS,
+    STREAM_METHODS,
+    authenticate_bearer,
+    bearer_token,
+    verbs_needed,
+)
 from switchboard.a2a.stream import SCOPE_KEY as SSE_IDS_KEY
 from switchboard.a2a.stream import EventIds
 from switchboard.ingest.app import BodyTooLarge, read_capped
@@ -218,7 +224,10 @@ class Gate:
         if isinstance(response, EventSourceResponse):
             response.body_iterator = _with_ids(response.body_iterator, ids)
             return response
-        return _sanitize(response)
+        response = _sanitize(response)
+        if method in STREAM_METHODS and isinstance(response, JSONResponse):
+            return _as_stream(response)
+        return response
 
 
 def _unparseable(method: str, params: Any) -> str | None:
@@ -256,6 +265,19 @@ def _request_id(body: bytes) -> Any:
         return None
     request_id = data.get("id") if isinstance(data, dict) else None
     return request_id if isinstance(request_id, (str, int)) else None
+
+
+def _as_stream(response: JSONResponse) -> Response:
+    """A streaming method's refusal (task not found, bad params, ...) as the stream it asked for: one
+    SSE ``error`` event holding the JSON-RPC error response. A2A §9.4.2: a streaming method answers
+    ``text/event-stream``; the SDK's dispatcher answers errors raised before the first event as plain
+    JSON, which clients that expect a stream cannot read."""
+    body = bytes(response.body).decode()
+
+    async def one() -> AsyncIterator[dict[str, str]]:
+        yield {"event": "error", "data": body}
+
+    return EventSourceResponse(one())
 
 
 async def _with_ids(events: AsyncIterable[Any], ids: EventIds) -> AsyncIterator[Any]:

@@ -13,6 +13,7 @@ import httpx
 import pytest
 from a2a.client import ClientConfig, create_client
 from a2a.types.a2a_pb2 import SendMessageRequest, StreamResponse, SubscribeToTaskRequest, TaskState
+from a2a.utils.errors import TaskNotFoundError
 
 from switchboard.a2a.settings import default_queue, set_default_queue
 from tests.integration.a2a.conftest import Env, message, send
@@ -34,6 +35,23 @@ async def sse(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
             event["id"] = line[3:].strip()
         elif line.startswith("retry:"):
             event["retry"] = line[6:].strip()
+
+
+async def stream_error(response: httpx.Response) -> int:
+    """A streaming method's refusal: an SSE stream of one ``error`` event (A2A §9.4.2)."""
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = [e async for e in sse(response)]
+    assert len(events) == 1
+    return int(events[0]["data"]["error"]["code"])
+
+
+async def stream_client(env: Env, token: str) -> Any:
+    http = await env.stack.enter_async_context(
+        httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=DEADLINE)
+    )
+    client = await create_client(env.inst.base_url, ClientConfig(httpx_client=http, streaming=True))
+    env.stack.push_async_callback(client.close)
+    return client
 
 
 def rpc(method: str, params: dict[str, Any], request_id: int = 1) -> dict[str, Any]:
@@ -159,8 +177,11 @@ async def test_streams_are_authorized_like_the_task(env: Env) -> None:
             headers={"Authorization": f"Bearer {other_token}"},
         )
         anonymous = await http.post(url, json=rpc("SubscribeToTask", {"id": task.id}))
-    assert theirs.json()["error"]["code"] == -32001
+    assert await stream_error(theirs) == -32001
     assert anonymous.status_code == 401
+    with pytest.raises(TaskNotFoundError):  # the a2a-sdk client reads the error event as such
+        async for _ in (await stream_client(env, other_token)).subscribe(SubscribeToTaskRequest(id=task.id)):
+            pass
 
 
 async def test_subscribing_to_a_finished_task_is_refused(env: Env) -> None:
@@ -171,7 +192,7 @@ async def test_subscribing_to_a_finished_task_is_refused(env: Env) -> None:
     await worker.ok("ack", {"todo_id": task.id, "result": "x"})
     async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=DEADLINE) as http:
         r = await http.post(f"{env.inst.base_url}/a2a", json=rpc("SubscribeToTask", {"id": task.id}))
-    assert r.json()["error"]["code"] == -32004
+    assert await stream_error(r) == -32004
 
 
 async def test_a_resent_message_id_returns_the_first_task(env: Env) -> None:
