@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,7 +17,8 @@ from a2a.types.a2a_pb2 import SendMessageRequest, StreamResponse, SubscribeToTas
 from a2a.utils.errors import TaskNotFoundError
 
 from switchboard.a2a.settings import default_queue, set_default_queue
-from tests.integration.a2a.conftest import Env, message, send
+from tests.integration.a2a.conftest import WORKER_VERBS, Env, a2a_env, message, send
+from tests.support.mcp_client import agent
 
 DEADLINE = 10.0
 
@@ -266,3 +268,34 @@ async def test_versions_and_long_config_ids(env: Env) -> None:
     assert unknown.json()["error"]["code"] == -32009
     assert old_name.json()["result"]["id"] == task.id  # no header: v0.3, as §3.6 says
     assert created.json()["result"]["id"] == config_id
+
+
+async def test_a_stream_follows_transitions_made_on_another_instance(tmp_path: Path, pg_url: str) -> None:
+    """Two instances on one PostgreSQL: the stream is open on one, the agent claims and acks through
+    the other, which raises no event here; the documented once-a-second re-read of the event log
+    delivers every transition, in order."""
+    async with (
+        a2a_env(tmp_path / "a", database_url=pg_url) as one,
+        a2a_env(tmp_path / "b", database_url=pg_url, human_id=one.human_id) as two,
+    ):
+        _, token = await one.endpoint("client")
+        _, worker_token = await one.endpoint("worker", queues=("inbox",), verbs=WORKER_VERBS)
+        client = await stream_client(one, token)
+        async with agent(two.inst.mcp_url, worker_token) as worker:
+            stream = client.send_message(SendMessageRequest(message=message("across instances")))
+            events: list[StreamResponse] = [await anext(stream)]
+
+            async def follow() -> None:
+                async for event in stream:
+                    events.append(event)
+
+            reader = asyncio.create_task(follow())
+            claimed = (await worker.ok("claim_next"))["todo"]
+            await worker.ok("ack", {"todo_id": claimed["id"], "result": "elsewhere"})
+            await asyncio.wait_for(reader, DEADLINE)
+    assert [kind_state(e) for e in events] == [
+        ("task", TaskState.TASK_STATE_SUBMITTED),
+        ("status_update", TaskState.TASK_STATE_WORKING),
+        ("artifact_update", 0),
+        ("status_update", TaskState.TASK_STATE_COMPLETED),
+    ]
