@@ -51,7 +51,6 @@ from a2a.utils.errors import (
 )
 from a2a.utils.proto_utils import validate_proto_required_fields
 from google.protobuf.json_format import MessageToDict
-from sqlalchemy.exc import IntegrityError
 
 from switchboard.a2a import errors
 from switchboard.a2a.configs import ConfigInput, ConfigStore, parse_config
@@ -76,7 +75,7 @@ from switchboard.obs.logs import get_logger
 from switchboard.push import Validator
 from switchboard.services import Services
 from switchboard.store.accounts import QUEUE, SLUG, Endpoint
-from switchboard.store.errors import StoreUnavailable
+from switchboard.store.errors import Conflict, StoreUnavailable
 from switchboard.store.todos import NewTodo
 from switchboard.text import storable, summary
 
@@ -213,8 +212,9 @@ class Handler(RequestHandler):
         try:
             with sending(intent):
                 created = await self.services.todos.create([todo])
-        except IntegrityError:
-            # The same messageId sent twice at once: the other call's task committed first.
+        except Conflict:
+            # The same messageId sent twice at once: the other call's task committed first (the
+            # unique (owner, messageId) index refused this one; nothing of it is stored).
             again = await self._resent(endpoint, message.message_id)
             if again is None:
                 raise

@@ -299,3 +299,16 @@ async def test_a_stream_follows_transitions_made_on_another_instance(tmp_path: P
         ("artifact_update", 0),
         ("status_update", TaskState.TASK_STATE_COMPLETED),
     ]
+
+
+async def test_concurrent_resends_get_the_one_task(tmp_path: Path, pg_url: str) -> None:
+    """A client that retries before its first call answered: both calls race to insert; the unique
+    (sender, messageId) index lets one through and the other answers with that task."""
+    async with a2a_env(tmp_path, database_url=pg_url) as env:
+        _, token = await env.endpoint("client")
+        await env.worker()
+        client = await env.client(token)
+        msg = message("raced")
+        tasks = await asyncio.gather(*(send(client, msg) for _ in range(4)))
+        assert len({t.id for t in tasks}) == 1
+        assert await env.todo_count() == 1
