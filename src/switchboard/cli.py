@@ -277,12 +277,19 @@ async def endpoint_vend(services: Services, args: argparse.Namespace) -> Output:
     human = await _require_human(services, args.human)
     verbs = list(DEFAULT_GRANT) if args.default_grant else args.verbs
     endpoint, token = await services.accounts.vend_endpoint(human.id, args.slug, args.queues, verbs)
+    from switchboard.a2a.settings import default_queue, set_default_queue
+
+    if args.a2a_queue:
+        await set_default_queue(services, endpoint.id, args.a2a_queue)
+    a2a_queue = await default_queue(services, endpoint)
     text = (
         f"vended endpoint {endpoint.slug} ({endpoint.id}) for {human.email}\n"
         f"  verbs:  {', '.join(endpoint.verbs)}\n  queues: {', '.join(endpoint.queues)}\n"
+        f"  A2A default queue: {a2a_queue}\n"
         f"token: {token}\n{REVEAL_NOTE}"
     )
-    return Output({"endpoint": _endpoint_json(endpoint, human.email), "token": token}, text)
+    data = {"endpoint": _endpoint_json(endpoint, human.email), "token": token, "a2a_default_queue": a2a_queue}
+    return Output(data, text)
 
 
 async def endpoint_list(services: Services, args: argparse.Namespace) -> Output:
@@ -453,6 +460,12 @@ def build_parser() -> argparse.ArgumentParser:
     grant = cmd.add_mutually_exclusive_group(required=True)
     grant.add_argument("--verbs", type=_verbs, metavar="V1,V2", help="verbs it may call")
     grant.add_argument("--default-grant", action="store_true", help=f"grant {', '.join(DEFAULT_GRANT)}")
+    cmd.add_argument(
+        "--a2a-queue",
+        type=_queue,
+        metavar="QUEUE",
+        help="where its A2A messages without metadata.queue go (default: the first of --queues)",
+    )
     cmd = command(endpoints, "list", endpoint_list, "list endpoints (never their tokens)")
     cmd.add_argument("--human", metavar="EMAIL", help="only this human's endpoints")
     cmd = command(endpoints, "delete", endpoint_delete, "delete an endpoint with its todos, hooks, routes")

@@ -44,6 +44,9 @@ METHOD_VERBS: Final[Mapping[str, str | None]] = {
     "tasks/pushNotificationConfig/delete": PUSH_CONFIG,
     "agent/getAuthenticatedExtendedCard": None,
 }
+STREAM_METHODS: Final = frozenset(
+    {"SendStreamingMessage", "SubscribeToTask", "message/stream", "tasks/resubscribe"}
+)
 SEND_METHODS: Final = frozenset({"SendMessage", "SendStreamingMessage", "message/send", "message/stream"})
 
 

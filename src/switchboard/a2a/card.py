@@ -25,6 +25,9 @@ from switchboard.settings import Settings
 
 A2A_PATH: Final = "/a2a"
 CARD_PATH: Final = "/.well-known/agent-card.json"
+# The same card under the interface URL: clients (the A2A TCK among them) that append the well-known
+# path to the URL they were given find it there too.
+INTERFACE_CARD_PATH: Final = A2A_PATH + CARD_PATH
 PROTOCOL_VERSION: Final = "1.0"
 BEARER: Final = "bearer"
 
@@ -41,9 +44,10 @@ def build_card(settings: Settings, *, push_enabled: bool) -> AgentCard:
     return AgentCard(
         name="Switchboard",
         description=(
-            "A work queue for AI agents. Send a message naming a queue (message.metadata.queue) and, "
-            "optionally, an endpoint (message.metadata.endpoint): it becomes a task that a worker "
-            "endpoint claims over MCP. Register a push notification config to hear of every transition."
+            "A work queue for AI agents. Send a message: it becomes a task on your endpoint's default "
+            "A2A queue, or on the queue message.metadata.queue names (optionally with the endpoint, "
+            "message.metadata.endpoint), which a worker endpoint claims over MCP. Follow it with "
+            "GetTask, a stream (SendStreamingMessage, SubscribeToTask), or push notifications."
         ),
         version=__version__,
         provider=AgentProvider(organization="Switchboard (self-hosted)", url=base_url(settings)),
@@ -55,15 +59,15 @@ def build_card(settings: Settings, *, push_enabled: bool) -> AgentCard:
             )
         ],
         capabilities=AgentCapabilities(
-            streaming=False, push_notifications=push_enabled, extended_agent_card=False
+            streaming=True, push_notifications=push_enabled, extended_agent_card=False
         ),
         security_schemes={
             BEARER: SecurityScheme(
                 http_auth_security_scheme=HTTPAuthSecurityScheme(
                     scheme="Bearer",
                     description=(
-                        "An endpoint credential (sbt_...) vended by its human, or an OAuth access token "
-                        "issued to that endpoint. The endpoint's scope must grant the A2A verbs."
+                        "The sbt_... string vended for a Switchboard endpoint, or an OAuth grant issued "
+                        "to that endpoint. The endpoint's scope must grant the A2A verbs."
                     ),
                 )
             )

@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from starlette.routing import BaseRoute, Route
 
-from switchboard.a2a.card import A2A_PATH, CARD_PATH, build_card
+from switchboard.a2a.card import A2A_PATH, CARD_PATH, INTERFACE_CARD_PATH, build_card
 from switchboard.a2a.configs import ConfigStore
 from switchboard.a2a.fanout import Fanout
 from switchboard.a2a.gate import EndpointContextBuilder, Gate
@@ -160,6 +160,7 @@ class A2AComponent:
         return [
             Route(A2A_PATH, gate.handle, methods=["POST"]),
             *create_agent_card_routes(self.card, card_url=CARD_PATH),
+            *create_agent_card_routes(self.card, card_url=INTERFACE_CARD_PATH),
         ]
 
     @asynccontextmanager

@@ -27,14 +27,20 @@ from switchboard.cred import Envelope
 from switchboard.ids import new_id
 from switchboard.push import TargetRejected, Validator, mint_secret, sign
 from switchboard.store.db import Database
-from switchboard.store.schema_a2a import a2a_push_outbox, a2a_tasks, push_notification_configs
+from switchboard.store.schema_a2a import (
+    a2a_push_outbox,
+    a2a_task_events,
+    a2a_tasks,
+    push_notification_configs,
+)
 
 SIGNING_SCHEME: Final = "StandardWebhooks"
 PLACEHOLDER: Final = "[redacted]"  # what Get and List show in place of a secret (views.REDACTED)
 REDACTED_QUERY: Final = "?" + PLACEHOLDER
 MAX_TOKEN = 1024
 MAX_CREDENTIALS = 4096
-_CONFIG_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
+# A2A gives config ids no grammar; the TCK sends 78-character ones. Printable, header- and path-safe.
+_CONFIG_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:~-]{0,254}")
 _SCHEME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,64}")  # an RFC 9110 token
 _HEADER_SAFE = re.compile(r"[\x20-\x7e]+")  # printable ASCII: nothing that can split a header
 
@@ -118,7 +124,7 @@ async def parse_config(
     message that names the field and the reason, never the value."""
     if config_id and not _CONFIG_ID.fullmatch(config_id):
         raise ConfigRefused(
-            "id must be 1-64 characters: letters, digits, '.', '_', ':' or '-'", reason="invalid_field"
+            "id must be 1-255 characters: letters, digits, '.', '_', ':', '~' or '-'", reason="invalid_field"
         )
     if not url:
         raise ConfigRefused("url is required", reason="invalid_field")
@@ -369,4 +375,6 @@ class ConfigStore:
         )
         async with self.db.begin() as conn:
             result = await conn.execute(delete(cfg).where(cfg.c.task_id.in_(done_task), ~pending))
+            # The streams' event log goes with the same retention (docs/a2a.md, "Streaming").
+            await conn.execute(delete(a2a_task_events).where(a2a_task_events.c.task_id.in_(done_task)))
         return int(result.rowcount or 0)

@@ -7,6 +7,7 @@ nothing (decision 3):
 
 * the ``a2a_tasks`` row of a new task (and the inline push config of its SendMessage),
 * the task's next sequence number (the UPDATE holds the task row until commit: strictly increasing),
+* the task's event log row (``a2a_task_events``: what SSE streams send and replay),
 * one outbox row per push config, carrying the exact body that will be sent.
 
 The post-commit stage only wakes the delivery workers (component.py).
@@ -53,8 +54,6 @@ class Fanout:
         if bumped is None:
             return
         targets = await self.configs.targets_in(conn, t.todo_id)
-        if not targets:
-            return
         result, last_error = await tasks.todo_outcome(conn, t.todo_id)
         body = push_body(
             PushEvent(
@@ -69,6 +68,9 @@ class Fanout:
                 last_error=last_error,
             )
         )
+        await tasks.record_event(conn, t.todo_id, bumped.seq, body, now_ms)
+        if not targets:
+            return
         await outbox.enqueue(
             conn, task_id=t.todo_id, seq=bumped.seq, body=body, targets=targets, now_ms=now_ms
         )

@@ -15,17 +15,27 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any, Final
 
 from a2a.auth.user import User
 from a2a.server.context import ServerCallContext
 from a2a.server.routes import DefaultServerCallContextBuilder
+from a2a.types.a2a_pb2 import TaskState
+from sse_starlette.sse import EventSourceResponse
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Message
 
-from switchboard.a2a.auth import METHOD_VERBS, authenticate_bearer, bearer_token, verbs_needed
+from switchboard.a2a.auth import (
+    METHOD_VERBS,
+    STREAM_METHODS,
+    authenticate_bearer,
+    bearer_token,
+    verbs_needed,
+)
+from switchboard.a2a.stream import SCOPE_KEY as SSE_IDS_KEY
+from switchboard.a2a.stream import EventIds
 from switchboard.ingest.app import BodyTooLarge, read_capped
 from switchboard.obs.logs import get_logger
 from switchboard.ratelimit import RateLimiter
@@ -40,6 +50,8 @@ REALM = 'Bearer realm="switchboard"'
 VERSION_HEADER: Final = "a2a-version"
 VERSION_PARAM: Final = "A2A-Version"
 VERSION_NOT_SUPPORTED: Final = -32009
+INVALID_PARAMS: Final = -32602
+RECONNECT_MS: Final = 1000  # SSE ``retry``: a dropped stream reconnects after a second
 _VERSION = re.compile(r"(\d{1,4})\.(\d{1,4})(?:\.\d{1,4})?")
 
 
@@ -76,6 +88,9 @@ class EndpointContextBuilder(DefaultServerCallContextBuilder):
         headers = context.state.get("headers")
         if isinstance(headers, dict):
             headers.pop("authorization", None)
+        ids = request.scope.get(SSE_IDS_KEY)
+        if isinstance(ids, EventIds):
+            context.state[SSE_IDS_KEY] = ids
         endpoint = request.scope.get(SCOPE_KEY)
         if isinstance(endpoint, Endpoint):
             context.state["endpoint"] = endpoint
@@ -183,6 +198,12 @@ class Gate:
                     *request.scope["headers"],
                     (VERSION_HEADER.encode(), version.encode("latin-1", "replace")),
                 ]
+        if method not in METHOD_VERBS:
+            method = ""  # not an A2A method: the SDK answers -32601 whatever the version
+        if version is None and method and "/" not in method:
+            # No version at all, and a v1.0 name that no v0.3 method has: it can only mean 1.0.
+            version = "1.0"
+            request.scope["headers"] = [*request.scope["headers"], (VERSION_HEADER.encode(), b"1.0")]
         if method and not served_version(version or "", method):
             self._count(method, "version_not_supported")
             return _rpc_error(
@@ -191,9 +212,39 @@ class Gate:
                 "this A2A version is not supported for this method: send A2A-Version 1.0 with the v1.0 "
                 "method names, or 0.3 (or none) with the v0.3 names",
             )
+        refused = _unparseable(method, params)
+        if refused is not None:
+            self._count(method, "invalid_params")
+            return _rpc_error(_request_id(body), INVALID_PARAMS, refused)
         request.scope[SCOPE_KEY] = endpoint
+        ids = EventIds()
+        request.scope[SSE_IDS_KEY] = ids
         replay = _replay(body, request.receive)
-        return _sanitize(await self.dispatch(Request(request.scope, replay)))
+        response = await self.dispatch(Request(request.scope, replay))
+        if isinstance(response, EventSourceResponse):
+            response.body_iterator = _with_ids(response.body_iterator, ids)
+            return response
+        response = _sanitize(response)
+        if method in STREAM_METHODS and isinstance(response, JSONResponse):
+            return _as_stream(response)
+        return response
+
+
+def _unparseable(method: str, params: Any) -> str | None:
+    """What the SDK's parser would silently drop: an unknown task state in ListTasks' ``status`` filter
+    (it reads as "no filter"). A2A says InvalidParams."""
+    if method != "ListTasks" or not isinstance(params, dict) or "status" not in params:
+        return None
+    status = params["status"]
+    if isinstance(status, str) and status in TaskState.DESCRIPTOR.values_by_name:
+        return None
+    if (
+        isinstance(status, int)
+        and not isinstance(status, bool)
+        and status in TaskState.DESCRIPTOR.values_by_number
+    ):
+        return None
+    return "status must be a task state (TASK_STATE_...)"
 
 
 def _peek(body: bytes) -> tuple[str, Any]:
@@ -214,6 +265,35 @@ def _request_id(body: bytes) -> Any:
         return None
     request_id = data.get("id") if isinstance(data, dict) else None
     return request_id if isinstance(request_id, (str, int)) else None
+
+
+def _as_stream(response: JSONResponse) -> Response:
+    """A streaming method's refusal (task not found, bad params, ...) as the stream it asked for: one
+    SSE ``error`` event holding the JSON-RPC error response. A2A §9.4.2: a streaming method answers
+    ``text/event-stream``; the SDK's dispatcher answers errors raised before the first event as plain
+    JSON, which clients that expect a stream cannot read."""
+    body = bytes(response.body).decode()
+
+    async def one() -> AsyncIterator[dict[str, str]]:
+        yield {"event": "error", "data": body}
+
+    return EventSourceResponse(one())
+
+
+async def _with_ids(events: AsyncIterable[Any], ids: EventIds) -> AsyncIterator[Any]:
+    """Give each SSE event the stream's id for it (the transition's sequence number, stream.py), and
+    tell the client how soon to reconnect."""
+    first = True
+    async for event in events:
+        if isinstance(event, dict) and event.get("event") != "error":
+            seq = ids.take()
+            event = dict(event)
+            if seq is not None:
+                event["id"] = str(seq)
+            if first:
+                event["retry"] = RECONNECT_MS
+                first = False
+        yield event
 
 
 def _replay(body: bytes, then: Callable[[], Awaitable[Message]]) -> Callable[[], Awaitable[Message]]:

@@ -37,6 +37,7 @@ from a2a.types.a2a_pb2 import (
     SubscribeToTaskRequest,
     Task,
     TaskPushNotificationConfig,
+    TaskState,
 )
 from a2a.utils.errors import (
     A2AError,
@@ -55,6 +56,9 @@ from switchboard.a2a import errors
 from switchboard.a2a.configs import ConfigInput, ConfigStore, parse_config
 from switchboard.a2a.errors import ConfigRefused
 from switchboard.a2a.gate import caller
+from switchboard.a2a.settings import default_queue
+from switchboard.a2a.stream import SCOPE_KEY as SSE_IDS_KEY
+from switchboard.a2a.stream import EventIds, events_of, is_terminal, last_event_id
 from switchboard.a2a.tasks import A2A_KIND, A2A_SOURCE, SendIntent, TaskStore, sending
 from switchboard.a2a.views import (
     STATUSES_OF_STATE,
@@ -71,13 +75,18 @@ from switchboard.obs.logs import get_logger
 from switchboard.push import Validator
 from switchboard.services import Services
 from switchboard.store.accounts import QUEUE, SLUG, Endpoint
-from switchboard.store.errors import StoreUnavailable
+from switchboard.store.errors import Conflict, StoreUnavailable
 from switchboard.store.todos import NewTodo
 from switchboard.text import storable, summary
 
 log = get_logger("switchboard.a2a")
 
-_CONTEXT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
+_CONTEXT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+MAX_MESSAGE_ID: Final = 255
+# States a ListTasks filter may name that no Switchboard task is in (yet): valid, and match nothing.
+INTERRUPTED_STATES: Final = frozenset(
+    {TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED, TaskState.TASK_STATE_REJECTED}
+)
 DEFAULT_PAGE: Final = 50
 MAX_PAGE: Final = 100
 _CODES: Final[dict[type[A2AError], str]] = {
@@ -158,25 +167,33 @@ class Handler(RequestHandler):
     @surface
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
         endpoint = caller(context)
+        record = await self._send(endpoint, params)
+        return await self._answer(endpoint, record, params)
+
+    async def _send(self, endpoint: Endpoint, params: SendMessageRequest) -> TaskRecord:
+        """Create the message's task, or find the one a resend of the same messageId created."""
         message = params.message
-        if message.task_id:
-            raise errors.unsupported(
-                "follow-up messages to an existing task are not supported: send a new message, which "
-                "starts a new task"
-            )
+        _history(params.configuration.history_length, params.configuration.HasField("history_length"))
         if not message.parts:
             raise errors.invalid("message.parts must not be empty")
+        if len(message.message_id) > MAX_MESSAGE_ID:
+            raise errors.invalid(f"message.messageId must be at most {MAX_MESSAGE_ID} characters")
+        if message.task_id:
+            return await self._follow_up(endpoint, message)
+        first = await self._resent(endpoint, message.message_id)
+        if first is not None:  # a resend (a retry after a timeout, say): the first task, not a new one
+            return first
         meta = {**MessageToDict(params.metadata), **MessageToDict(message.metadata)}
         queue, target = await self._target(endpoint, meta)
         inline = await self._inline_config(params)
         context_id = message.context_id or new_id("ctx")
         if not _CONTEXT_ID.fullmatch(context_id):
-            raise errors.invalid("message.contextId must be 1-64 letters, digits, '.', '_', ':' or '-'")
+            raise errors.invalid("message.contextId must be 1-128 letters, digits, '.', '_', ':' or '-'")
         stored = Message()
         stored.CopyFrom(message)
         stored.context_id = context_id
         stored_json = storable(message_to_json(stored))
-        intent = SendIntent(endpoint.id, context_id, stored_json, inline)
+        intent = SendIntent(endpoint.id, context_id, stored_json, inline, message.message_id or None)
         todo = NewTodo(
             endpoint_id=target.id,
             queue=queue,
@@ -192,9 +209,42 @@ class Handler(RequestHandler):
             source=A2A_SOURCE,
             verified=True,  # an authenticated endpoint sent it: the worker's doorbell may ring
         )
-        with sending(intent):
-            created = await self.services.todos.create([todo])
-        record = await self._own(endpoint, created.created[0])
+        try:
+            with sending(intent):
+                created = await self.services.todos.create([todo])
+        except Conflict:
+            # The same messageId sent twice at once: the other call's task committed first (the
+            # unique (owner, messageId) index refused this one; nothing of it is stored).
+            again = await self._resent(endpoint, message.message_id)
+            if again is None:
+                raise
+            return again
+        return await self._own(endpoint, created.created[0])
+
+    async def _follow_up(self, endpoint: Endpoint, message: Message) -> TaskRecord:
+        """A follow-up turn: appended to the caller's task (history and the todo's payload)."""
+        record = await self._own(endpoint, message.task_id)
+        if message.context_id and message.context_id != record.context_id:
+            raise errors.invalid("message.contextId must be the task's contextId")
+        stored = Message()
+        stored.CopyFrom(message)
+        stored.context_id = record.context_id
+        outcome = await self.tasks.append_followup(
+            endpoint.id, record.id, json.loads(storable(message_to_json(stored))), TERMINAL_STATUSES
+        )
+        if outcome == "missing":
+            raise errors.task_not_found()
+        if outcome == "terminal":
+            raise errors.unsupported(
+                f"the task is {state_name(record.status)} and accepts no more messages: send a new "
+                "message (with the same contextId to continue the conversation)"
+            )
+        return await self._own(endpoint, record.id)
+
+    async def _resent(self, endpoint: Endpoint, message_id: str) -> TaskRecord | None:
+        return await self.tasks.by_message_id(endpoint.id, message_id) if message_id else None
+
+    async def _answer(self, endpoint: Endpoint, record: TaskRecord, params: SendMessageRequest) -> Task:
         if not params.configuration.return_immediately and self.waiter is not None and self.send_wait > 0:
             # v1.0: wait until the task is terminal or interrupted, at most send_wait (waiter.py). The
             # task exists now: a database outage while waiting answers with it as created, never with
@@ -211,6 +261,12 @@ class Handler(RequestHandler):
     async def _target(self, sender: Endpoint, meta: dict[str, Any]) -> tuple[str, Endpoint]:
         """The queue the message names and the endpoint that will work it (docs/a2a.md, "Sending")."""
         queue = meta.get("queue")
+        if queue is None:  # a generic A2A client: the sender's default A2A queue (settings.py)
+            queue = await default_queue(self.services, sender)
+            if queue is None:
+                raise errors.invalid(
+                    "message.metadata.queue is missing and this endpoint has no default A2A queue"
+                )
         if not isinstance(queue, str) or not QUEUE.fullmatch(queue):
             raise errors.invalid(
                 "message.metadata.queue must name a queue (lower-case letters, digits, '.', '_' or '-')"
@@ -255,6 +311,8 @@ class Handler(RequestHandler):
 
     @surface
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
+        if params.HasField("history_length") and params.history_length < 0:
+            raise errors.invalid("historyLength must not be negative")
         record = await self._own(caller(context), params.id)
         return task_view(record, history=_history(params.history_length, params.HasField("history_length")))
 
@@ -266,8 +324,12 @@ class Handler(RequestHandler):
             raise errors.invalid(f"pageSize must be between 1 and {MAX_PAGE}")
         if params.page_token and not looks_like("td", params.page_token):
             raise errors.invalid("pageToken must be a nextPageToken from a previous ListTasks")
+        if params.HasField("history_length") and params.history_length < 0:
+            raise errors.invalid("historyLength must not be negative")
         statuses = None
         if params.status:
+            if params.status not in STATUSES_OF_STATE and params.status not in INTERRUPTED_STATES:
+                raise errors.invalid("status must be a task state")
             statuses = STATUSES_OF_STATE.get(params.status, ())
         after = None
         if params.HasField("status_timestamp_after"):
@@ -300,24 +362,70 @@ class Handler(RequestHandler):
             raise errors.not_cancelable(state_name(record.status))
         return task_view(record)
 
-    # Streaming is not offered (the card says so): a stream would have to follow transitions made on
-    # every instance. The SDK calls these as async generators, hence the unreachable ``yield``.
+    # -- streaming (stream.py) ---------------------------------------------------------------------
 
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
-        self._count(str(context.state.get("method")), "unsupported")
-        raise errors.unsupported(
-            "streaming is not supported: use SendMessage, GetTask and push notifications"
-        )
-        yield  # pragma: no cover
+        """The task (created, or found again by messageId), then its transitions until terminal."""
+        record = await self._open_send(params, context)
+        async for event in self._follow(context, record, None):
+            yield event
 
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
-        self._count(str(context.state.get("method")), "unsupported")
-        raise errors.unsupported("streaming is not supported: use GetTask and push notifications")
-        yield  # pragma: no cover
+        """The task as it stands, then its transitions; with ``Last-Event-ID``, the transitions after
+        that sequence number instead (a resumed stream)."""
+        record, after = await self._open_subscribe(params, context)
+        async for event in self._follow(context, record, after):
+            yield event
+
+    @surface
+    async def _open_send(self, params: SendMessageRequest, context: ServerCallContext) -> TaskRecord:
+        return await self._send(caller(context), params)
+
+    @surface
+    async def _open_subscribe(
+        self, params: SubscribeToTaskRequest, context: ServerCallContext
+    ) -> tuple[TaskRecord, int | None]:
+        record = await self._own(caller(context), params.id)
+        after = last_event_id(context.state.get("headers"))
+        if after is None and record.status in TERMINAL_STATUSES:
+            # A2A §3.1.6: subscribing to a task in a terminal state is an error. A resumed stream
+            # (Last-Event-ID) still gets the tail it missed.
+            raise errors.unsupported(f"the task is {state_name(record.status)}: nothing left to stream")
+        return record, after
+
+    async def _follow(
+        self, context: ServerCallContext, record: TaskRecord, after: int | None
+    ) -> AsyncGenerator[Event]:
+        ids = context.state.get(SSE_IDS_KEY)
+        ids = ids if isinstance(ids, EventIds) else EventIds()
+        if after is None:
+            ids.add(record.last_seq)
+            yield task_view(record)
+            if record.status in TERMINAL_STATUSES:
+                return
+            after = record.last_seq
+        assert self.waiter is not None
+        with self.waiter.watching(record.id) as changed:
+            while True:
+                changed.clear()  # before the read: a commit after it sets the event again
+                rows = await self.tasks.events_after(record.id, after)
+                for seq, body in rows:
+                    events = events_of(body)
+                    for index, event in enumerate(events):
+                        ids.add(seq if index == len(events) - 1 else None)
+                        yield event
+                        if is_terminal(event):
+                            return
+                    after = seq
+                if rows:
+                    continue
+                if self.waiter.closed:
+                    return
+                await self.waiter.until(changed)
 
     @surface
     async def on_get_extended_agent_card(
@@ -416,9 +524,11 @@ async def _parse(
     )
 
 
-def _history(length: int, present: bool) -> bool:
-    """The only history is the sent message: ``historyLength: 0`` leaves it out."""
-    return not present or length > 0
+def _history(length: int, present: bool) -> int | None:
+    """``historyLength``: the most recent N messages (0: none); unset: all."""
+    if present and length < 0:
+        raise errors.invalid("historyLength must not be negative")
+    return length if present else None
 
 
 def _title(message: Message, sender_slug: str) -> str:

@@ -12,6 +12,7 @@ in-transaction stage, which runs in the same task and transaction, writes the ro
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -24,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from switchboard.a2a.views import TaskRecord
 from switchboard.store.db import Database
 from switchboard.store.schema import todos
-from switchboard.store.schema_a2a import a2a_tasks
+from switchboard.store.schema_a2a import a2a_task_events, a2a_tasks
 
 if TYPE_CHECKING:
     from switchboard.a2a.configs import ConfigInput
@@ -39,6 +40,7 @@ class SendIntent:
     context_id: str
     message_json: str
     inline_config: ConfigInput | None = None  # SendMessage's configuration.taskPushNotificationConfig
+    message_id: str | None = None  # the dedup key (owner, messageId)
 
 
 _intent: ContextVar[SendIntent | None] = ContextVar("switchboard_a2a_send_intent", default=None)
@@ -71,6 +73,7 @@ _COLUMNS = (
     a2a_tasks.c.last_seq,
     todos.c.created_at,
     todos.c.updated_at,
+    a2a_tasks.c.followups,
 )
 
 
@@ -88,6 +91,7 @@ def _record(row: Row[Any]) -> TaskRecord:
         last_seq=int(row.last_seq),
         created_at=int(row.created_at),
         updated_at=int(row.updated_at),
+        followups=row.followups,
     )
 
 
@@ -105,6 +109,7 @@ async def insert_task(conn: AsyncConnection, todo_id: str, intent: SendIntent, n
             owner_endpoint_id=intent.owner_endpoint_id,
             context_id=intent.context_id,
             message=intent.message_json,
+            message_id=intent.message_id,
             last_seq=0,
             created_at=now_ms,
         )
@@ -133,6 +138,13 @@ async def next_seq(conn: AsyncConnection, todo_id: str, *, terminal: bool, now_m
     )
     row = (await conn.execute(stmt)).first()
     return None if row is None else Bumped(int(row.last_seq), row.context_id)
+
+
+async def record_event(conn: AsyncConnection, task_id: str, seq: int, body: bytes, now_ms: int) -> None:
+    """Append the transition's StreamResponse to the task's event log (what SSE streams replay)."""
+    await conn.execute(
+        insert(a2a_task_events).values(task_id=task_id, seq=seq, body=body.decode(), created_at=now_ms)
+    )
 
 
 async def todo_outcome(conn: AsyncConnection, todo_id: str) -> tuple[str | None, str | None]:
@@ -165,6 +177,59 @@ class TaskStore:
         async with self.db.read() as conn:
             row = (await conn.execute(stmt)).first()
         return None if row is None else _record(row)
+
+    async def by_message_id(self, owner_endpoint_id: str, message_id: str) -> TaskRecord | None:
+        """The task an earlier SendMessage with this messageId created (dedup)."""
+        stmt = _joined().where(
+            a2a_tasks.c.owner_endpoint_id == owner_endpoint_id, a2a_tasks.c.message_id == message_id
+        )
+        async with self.db.read() as conn:
+            row = (await conn.execute(stmt)).first()
+        return None if row is None else _record(row)
+
+    async def events_after(self, task_id: str, after_seq: int, limit: int = 100) -> list[tuple[int, str]]:
+        """(seq, StreamResponse JSON) of the task's transitions after ``after_seq``, in order."""
+        stmt = (
+            select(a2a_task_events.c.seq, a2a_task_events.c.body)
+            .where(a2a_task_events.c.task_id == task_id, a2a_task_events.c.seq > after_seq)
+            .order_by(a2a_task_events.c.seq)
+            .limit(limit)
+        )
+        async with self.db.read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [(int(r.seq), r.body) for r in rows]
+
+    async def append_followup(
+        self, owner_endpoint_id: str, task_id: str, message: dict[str, Any], terminal: frozenset[str]
+    ) -> str:
+        """Append a follow-up message to the caller's task, in its history and in the todo's payload
+        (``payload.a2a.followups``, which the worker reads when it claims). Returns "appended",
+        "duplicate" (a resend of a messageId the task already has), "terminal" or "missing"."""
+        lock = (
+            select(a2a_tasks.c.message, a2a_tasks.c.followups, todos.c.status, todos.c.payload)
+            .select_from(a2a_tasks.join(todos, todos.c.id == a2a_tasks.c.todo_id))
+            .where(a2a_tasks.c.todo_id == task_id, a2a_tasks.c.owner_endpoint_id == owner_endpoint_id)
+            .with_for_update()
+        )
+        async with self.db.begin() as conn:
+            row = (await conn.execute(lock)).first()
+            if row is None:
+                return "missing"
+            later: list[dict[str, Any]] = json.loads(row.followups) if row.followups else []
+            seen = {json.loads(row.message).get("messageId"), *(m.get("messageId") for m in later)}
+            if message.get("messageId") and message["messageId"] in seen:
+                return "duplicate"
+            if row.status in terminal:
+                return "terminal"
+            later.append(message)
+            payload = json.loads(row.payload)
+            if isinstance(payload, dict) and isinstance(payload.get("a2a"), dict):
+                payload["a2a"]["followups"] = later
+            await conn.execute(
+                update(a2a_tasks).where(a2a_tasks.c.todo_id == task_id).values(followups=json.dumps(later))
+            )
+            await conn.execute(update(todos).where(todos.c.id == task_id).values(payload=json.dumps(payload)))
+        return "appended"
 
     async def owned(self, owner_endpoint_id: str, task_id: str) -> bool:
         stmt = select(a2a_tasks.c.todo_id).where(

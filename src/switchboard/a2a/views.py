@@ -87,6 +87,12 @@ class TaskRecord:
     last_seq: int
     created_at: int
     updated_at: int
+    followups: str | None = None  # JSON list of follow-up Messages (SendMessage with this taskId)
+
+    def history(self) -> list[str]:
+        """The task's messages as A2A JSON, oldest first: the sent one, then the follow-ups."""
+        later = json.loads(self.followups) if self.followups else []
+        return [self.message, *(json.dumps(m) for m in later)]
 
 
 def _timestamp(epoch_ms: int | float) -> datetime:
@@ -137,7 +143,7 @@ def _status(
     return status
 
 
-def task_view(record: TaskRecord, *, history: bool = True, artifacts: bool = True) -> Task:
+def task_view(record: TaskRecord, *, history: int | None = None, artifacts: bool = True) -> Task:
     """GetTask, ListTasks, CancelTask and SendMessage all answer with this."""
     task = Task(id=record.id, context_id=record.context_id)
     task.status.CopyFrom(
@@ -153,8 +159,11 @@ def task_view(record: TaskRecord, *, history: bool = True, artifacts: bool = Tru
         artifact = result_artifact(record.result)
         if artifact is not None:
             task.artifacts.append(artifact)
-    if history:
-        task.history.append(message_from_json(record.message))
+    messages = record.history()
+    if history is not None:  # historyLength: the most recent N messages, 0 for none
+        messages = messages[len(messages) - history :] if history > 0 else []
+    for text in messages:
+        task.history.append(message_from_json(text))
     task.metadata.update({"queue": record.queue})
     return task
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Iterator
 
 from switchboard.a2a.tasks import TaskStore
 from switchboard.a2a.views import TERMINAL_STATUSES, TaskRecord
@@ -44,6 +45,32 @@ class TaskWaiter:
         for events in self._events.values():
             for event in events:
                 event.set()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @contextlib.contextmanager
+    def watching(self, task_id: str) -> Iterator[asyncio.Event]:
+        """An event set on every committed transition of ``task_id`` (and at shutdown), for a stream
+        that re-reads the task's event log each time (handler.py)."""
+        event = asyncio.Event()
+        if self._closed:
+            event.set()
+        self._events.setdefault(task_id, set()).add(event)
+        try:
+            yield event
+        finally:
+            waiting = self._events.get(task_id)
+            if waiting is not None:
+                waiting.discard(event)
+                if not waiting:
+                    del self._events[task_id]
+
+    async def until(self, event: asyncio.Event) -> None:
+        """Wait for ``event``, at most ``fallback_seconds`` (transitions of other instances)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), self.fallback_seconds)
 
     async def wait(self, owner_endpoint_id: str, task_id: str, timeout: float) -> TaskRecord | None:
         """The task once settled, or as it stands after ``timeout`` seconds (or at shutdown)."""

@@ -28,20 +28,32 @@ from sqlalchemy import (
 
 from switchboard.store.schema import metadata
 
-__all__ = ["a2a_push_outbox", "a2a_tasks", "metadata", "push_notification_configs"]
+__all__ = [
+    "a2a_endpoint_settings",
+    "a2a_push_outbox",
+    "a2a_task_events",
+    "a2a_tasks",
+    "metadata",
+    "push_notification_configs",
+]
 
 a2a_tasks = Table(
     "a2a_tasks",
     metadata,
     Column("todo_id", String(40), ForeignKey("todos.id", ondelete="CASCADE"), primary_key=True),
     Column("owner_endpoint_id", String(40), ForeignKey("endpoints.id", ondelete="CASCADE"), nullable=False),
-    Column("context_id", String(64), nullable=False),
+    Column("context_id", String(128), nullable=False),
     Column("message", Text, nullable=False),  # the sent Message, as A2A JSON (the task's history)
+    # SendMessage's messageId: a resend with the same id returns this task (migration 0005, dedup)
+    Column("message_id", String(255), nullable=True),
+    # Follow-up messages (a SendMessage with this taskId), JSON list of A2A Messages, oldest first
+    Column("followups", Text, nullable=True),
     Column("last_seq", BigInteger, nullable=False, server_default="0"),
     Column("terminal_at", BigInteger, nullable=True),  # set by the transition into done/dead/canceled
     Column("created_at", BigInteger, nullable=False),
     Index("ix_a2a_tasks_owner", "owner_endpoint_id", "todo_id"),
     Index("ix_a2a_tasks_terminal", "terminal_at"),
+    Index("ux_a2a_tasks_message", "owner_endpoint_id", "message_id", unique=True),
 )
 
 push_notification_configs = Table(
@@ -49,7 +61,7 @@ push_notification_configs = Table(
     metadata,
     Column("id", String(40), primary_key=True),
     Column("task_id", String(40), ForeignKey("a2a_tasks.todo_id", ondelete="CASCADE"), nullable=False),
-    Column("config_id", String(64), nullable=False),  # the id A2A clients see, unique per task
+    Column("config_id", String(255), nullable=False),  # the id A2A clients see, unique per task
     Column("owner_endpoint_id", String(40), ForeignKey("endpoints.id", ondelete="CASCADE"), nullable=False),
     Column("url_enc", LargeBinary, nullable=False),
     Column("url_display", Text, nullable=False),
@@ -88,4 +100,25 @@ a2a_push_outbox = Table(
     UniqueConstraint("config_id", "seq"),
     Index("ix_a2a_push_outbox_due", "status", "due_at"),
     Index("ix_a2a_push_outbox_head", "config_id", "status", "seq"),
+)
+
+# Migration 0005 (issue 20). Every transition's StreamResponse, in sequence order: what SSE streams
+# (SendStreamingMessage, SubscribeToTask) send and replay from ``Last-Event-ID``. Kept as long as the
+# task's push configs (terminal + SWITCHBOARD_A2A_PUSH_RETENTION_HOURS).
+a2a_task_events = Table(
+    "a2a_task_events",
+    metadata,
+    Column("task_id", String(40), ForeignKey("a2a_tasks.todo_id", ondelete="CASCADE"), primary_key=True),
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("body", Text, nullable=False),  # the StreamResponse JSON, as push sends it
+    Column("created_at", BigInteger, nullable=False),
+)
+
+# Per-endpoint A2A settings: the queue a message without ``metadata.queue`` goes to.
+a2a_endpoint_settings = Table(
+    "a2a_endpoint_settings",
+    metadata,
+    Column("endpoint_id", String(40), ForeignKey("endpoints.id", ondelete="CASCADE"), primary_key=True),
+    Column("default_queue", String(64), nullable=True),
+    Column("updated_at", BigInteger, nullable=False),
 )

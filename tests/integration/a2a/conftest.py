@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -185,7 +186,7 @@ def message(text: str = "Summarise PR 482", *, queue: str | None = "inbox", **me
     if queue is not None:
         metadata["queue"] = queue
     return Message(
-        message_id=f"m-{text[:8]}", role=Role.ROLE_USER, parts=[Part(text=text)], metadata=metadata
+        message_id=f"m-{uuid.uuid4()}", role=Role.ROLE_USER, parts=[Part(text=text)], metadata=metadata
     )
 
 

@@ -30,8 +30,11 @@ async def test_the_version_query_parameter_is_read(env: Env) -> None:
     async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http:
         by_param = (await http.post(f"{url}?A2A-Version=1.0", json=_call("GetTask", {"id": task_id}))).json()
         none = (await http.post(url, json=_call("GetTask", {"id": task_id}))).json()
+        empty = await http.post(url, json=_call("GetTask", {"id": task_id}), headers={"A2A-Version": ""})
     assert by_param["result"]["id"] == task_id
-    assert none["error"]["code"] == -32009  # no version at all is 0.3, which has no GetTask
+    # No version at all: GetTask is a v1.0 name no v0.3 method has, so it can only mean 1.0 (issue 20).
+    assert none["result"]["id"] == task_id
+    assert empty.json()["error"]["code"] == -32009  # an explicit empty version is 0.3 (A2A §3.6)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,51 @@
+"""a2a: messageId dedup, task event log for streaming, default queue, longer ids (issue 20)
+
+Revision ID: a2a_dedup
+Revises: 0004
+"""
+
+from alembic import op
+import sqlalchemy as sa
+
+
+revision = 'a2a_dedup'
+down_revision = '0004'
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table('a2a_task_events',
+    sa.Column('task_id', sa.String(length=40), nullable=False),
+    sa.Column('seq', sa.BigInteger(), autoincrement=False, nullable=False),
+    sa.Column('body', sa.Text(), nullable=False),
+    sa.Column('created_at', sa.BigInteger(), nullable=False),
+    sa.ForeignKeyConstraint(['task_id'], ['a2a_tasks.todo_id'], name=op.f('fk_a2a_task_events_task_id_a2a_tasks'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('task_id', 'seq', name=op.f('pk_a2a_task_events'))
+    )
+    op.create_table('a2a_endpoint_settings',
+    sa.Column('endpoint_id', sa.String(length=40), nullable=False),
+    sa.Column('default_queue', sa.String(length=64), nullable=True),
+    sa.Column('updated_at', sa.BigInteger(), nullable=False),
+    sa.ForeignKeyConstraint(['endpoint_id'], ['endpoints.id'], name=op.f('fk_a2a_endpoint_settings_endpoint_id_endpoints'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('endpoint_id', name=op.f('pk_a2a_endpoint_settings'))
+    )
+    with op.batch_alter_table('a2a_tasks', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('message_id', sa.String(length=255), nullable=True))
+        batch_op.add_column(sa.Column('followups', sa.Text(), nullable=True))
+        batch_op.alter_column('context_id', existing_type=sa.String(length=64), type_=sa.String(length=128), existing_nullable=False)
+        batch_op.create_index('ux_a2a_tasks_message', ['owner_endpoint_id', 'message_id'], unique=True)
+    with op.batch_alter_table('push_notification_configs', schema=None) as batch_op:
+        batch_op.alter_column('config_id', existing_type=sa.String(length=64), type_=sa.String(length=255), existing_nullable=False)
+
+
+def downgrade() -> None:
+    with op.batch_alter_table('push_notification_configs', schema=None) as batch_op:
+        batch_op.alter_column('config_id', existing_type=sa.String(length=255), type_=sa.String(length=64), existing_nullable=False)
+    with op.batch_alter_table('a2a_tasks', schema=None) as batch_op:
+        batch_op.drop_index('ux_a2a_tasks_message')
+        batch_op.alter_column('context_id', existing_type=sa.String(length=128), type_=sa.String(length=64), existing_nullable=False)
+        batch_op.drop_column('followups')
+        batch_op.drop_column('message_id')
+    op.drop_table('a2a_endpoint_settings')
+    op.drop_table('a2a_task_events')
