@@ -1,6 +1,6 @@
 """operator console: todo events, backlog samples, human invites
 
-Revision ID: console
+Revision ID: 0005
 Revises: 0004
 """
 
@@ -8,7 +8,7 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision = 'console'
+revision = '0005'
 down_revision = '0004'
 branch_labels = None
 depends_on = None
