@@ -16,6 +16,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from switchboard import __version__
 from switchboard.ingest.app import Ingest
 from switchboard.obs.logs import get_logger
+from switchboard.ops import ensure_schema
 from switchboard.priority import InboundTracking, inbound_priority
 from switchboard.queue.sweeper import Sweeper
 from switchboard.services import Services
@@ -62,7 +63,7 @@ def create_app(services: Services, *, components: Sequence[Component] | None = N
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        await services.db.migrate()
+        await ensure_schema(services.db, settings)
         async with AsyncExitStack() as stack:
             await services.hub.start()
             stack.push_async_callback(services.hub.stop)

@@ -28,6 +28,7 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
+from switchboard import ops
 from switchboard.ingest.derive import valid_kind
 from switchboard.ingest.verify import mint_path_token, mint_source_secret
 from switchboard.obs import configure_logging, get_logger
@@ -35,12 +36,14 @@ from switchboard.obs.logs import scrub
 from switchboard.services import Services, build_services
 from switchboard.settings import Settings
 from switchboard.store.accounts import EMAIL, QUEUE, SLUG, Endpoint
+from switchboard.store.db import SchemaMismatch
 from switchboard.store.errors import Conflict, NotFound, StoreError, StoreUnavailable
 from switchboard.store.sources import KINDS, TRUSTS
 from switchboard.verbs import ALL_VERBS, DEFAULT_GRANT, unknown_verbs
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+EXIT_SERVE = 3  # serve could not start
 REVEAL_NOTE = "This is shown once and cannot be shown again: store it now."
 
 log = get_logger("switchboard.cli")
@@ -316,6 +319,48 @@ async def route_list(services: Services, args: argparse.Namespace) -> Output:
     return Output({"routes": routes}, text)
 
 
+async def db_status(services: Services, args: argparse.Namespace) -> Output:
+    status = await services.db.schema_status()
+    return Output({"schema": ops.status_json(status)}, ops.status_text(status))
+
+
+async def db_upgrade(services: Services, args: argparse.Namespace) -> Output:
+    before = await services.db.schema_status()
+    try:
+        await services.db.migrate()
+    except SchemaMismatch as exc:
+        raise CliError(str(exc), "schema", EXIT_FAILED) from None
+    after = await services.db.schema_status()
+    text = (
+        f"schema already at head ({after.head})"
+        if before.state == "head"
+        else f"schema upgraded from {before.current or 'empty'} to {after.current}"
+    )
+    return Output({"before": ops.status_json(before), "schema": ops.status_json(after)}, text)
+
+
+async def backup(services: Services, args: argparse.Namespace) -> Output:
+    source = ops.sqlite_path(services.db.url)
+    if source is None:
+        raise CliError(
+            "backup copies the SQLite database; for PostgreSQL use pg_dump (docs/self-hosting.md, "
+            '"Backup and restore")',
+            "unsupported",
+            EXIT_FAILED,
+        )
+    key = None if services.settings.cred_key else services.settings.data_dir / "cred.key"
+    try:
+        done = ops.backup_sqlite(source, args.dest, key)
+    except ops.OpsError as exc:
+        raise CliError(exc.message, exc.code, EXIT_FAILED) from None
+    text = f"backed up {source} to {done['database']}"
+    if done["key_file"]:
+        text += f"\nand the envelope key to {done['key_file']} (keep it as secret as the database)"
+    else:
+        text += "\nSWITCHBOARD_CRED_KEY is set: keep it with the backup, the sealed secrets need it"
+    return Output({"backup": done}, text)
+
+
 # -- parser -------------------------------------------------------------------------------------------
 
 
@@ -396,6 +441,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--kind", type=_event_kind, help="only deliveries of this event kind, e.g. push (default: every kind)"
     )
     command(routes, "list", route_list, "list routes")
+
+    db = group("db", "the database schema: status and upgrade")
+    command(db, "status", db_status, "the schema revision against this build's head").set_defaults(
+        schema="raw"
+    )
+    command(db, "upgrade", db_upgrade, "upgrade the schema to this build's head").set_defaults(schema="raw")
+    cmd = groups.add_parser(
+        "backup", parents=[common], help="copy the SQLite database (online) and its key file into DIR"
+    )
+    cmd.add_argument("dest", type=Path, metavar="DIR", help="an empty or new folder")
+    cmd.set_defaults(handler=backup)
     return parser
 
 
@@ -412,10 +468,18 @@ def _settings(args: argparse.Namespace) -> Settings:
     try:
         return Settings(**overrides)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()
-        )
+        problems = "; ".join(f"{_setting_name(e['loc'])}: {_problem(e['msg'])}" for e in exc.errors())
         raise CliError(f"invalid configuration: {problems}") from None
+
+
+def _setting_name(loc: Sequence[Any]) -> str:
+    """The environment variable an operator sets, as docs/configuration.md names it."""
+    name = str(loc[0]) if loc else "settings"
+    return name if name.startswith("SWITCHBOARD_") else f"SWITCHBOARD_{name.upper()}"
+
+
+def _problem(msg: str) -> str:
+    return msg.removeprefix("Value error, ")
 
 
 def _services(settings: Settings) -> Services:
@@ -429,7 +493,10 @@ async def _admin(args: argparse.Namespace, settings: Settings) -> Output:
     services = _services(settings)
     try:
         try:
-            await services.db.migrate()
+            if getattr(args, "schema", "ensure") == "ensure":  # `db status|upgrade` look for themselves
+                await ops.ensure_schema(services.db, settings)
+        except SchemaMismatch as exc:
+            raise CliError(str(exc), "schema", EXIT_FAILED) from None
         except (SQLAlchemyError, OSError) as exc:
             raise CliError(
                 f"database unavailable: {type(exc).__name__}", "unavailable", EXIT_FAILED
@@ -511,6 +578,11 @@ def serve(settings: Settings) -> int:
 
     from switchboard.app import create_app
 
+    try:
+        _preflight(settings)
+    except ops.OpsError as exc:
+        print(f"error: {scrub(exc.message)}", file=sys.stderr)
+        return EXIT_SERVE
     configure_logging()
     # Our one startup line (below) replaces uvicorn's own chatter; its warnings and errors still show.
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
@@ -555,6 +627,13 @@ def serve(settings: Settings) -> int:
     server.run()
     log.info("switchboard stopped")
     return 0
+
+
+def _preflight(settings: Settings) -> None:
+    """The checks that make a misconfigured start fail at once with one line (docs/self-hosting.md)."""
+    ops.check_data_dir(settings)
+    ops.check_listen(settings)
+    asyncio.run(ops.check_schema(settings, settings.resolved_database_url()))
 
 
 def _listen_url(settings: Settings, server: Any) -> str:

@@ -9,6 +9,14 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MAX_AUTO_NOTIFY_PROCESSES = 4
+DATABASE_URL_PREFIXES = (
+    "postgresql://",
+    "postgres://",
+    "postgresql+asyncpg://",
+    "sqlite://",
+    "sqlite+aiosqlite://",
+)
+DATABASE_URL_FORMS = "postgresql://USER:PASSWORD@HOST:PORT/DB or sqlite:///PATH"
 
 
 class Settings(BaseSettings):
@@ -22,6 +30,9 @@ class Settings(BaseSettings):
     public_url: str | None = None
     cred_key: str | None = None
     instance_id: str | None = None
+    # Bring a behind schema to head when serve (or an admin command) starts; off: refuse and name
+    # `switchboard db upgrade` (docs/self-hosting.md, "Upgrades").
+    auto_upgrade: bool = True
 
     lease_seconds: int = 300
     max_lease_seconds: int = 3600
@@ -72,6 +83,13 @@ class Settings(BaseSettings):
     oauth_access_token_seconds: int = 3600
     oauth_refresh_token_days: float = 30.0
     oauth_registrations_per_hour: int = 20
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url_form(cls, value: str | None) -> str | None:
+        if value and not value.startswith(DATABASE_URL_PREFIXES):
+            raise ValueError(f"accepted forms: {DATABASE_URL_FORMS}")  # never echo it: it may hold a password
+        return value
 
     @field_validator("listen")
     @classmethod
