@@ -1,0 +1,52 @@
+"""Landed migrations are append-only: a database migrated by a released build must meet exactly the
+files that built it. 0003 and 0004 were once edited in place (0005_repair mends what that did, issue 17);
+this list makes the next such edit fail the suite.
+
+The list only grows. A new migration is added here in the commit that creates it; a landed one is never
+edited, renamed or removed: write a new revision instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from alembic.script import ScriptDirectory
+
+from switchboard.store.db import MIGRATIONS, alembic_config
+
+VERSIONS = MIGRATIONS / "versions"
+
+LANDED = {
+    "0001_core_tables.py": "390de96012596f821a5041e9522726c876cf0683ec3e23f22137548c9c6c5cb1",
+    "0002_notify_hooks.py": "8fa59ee788527ff52ab709a12764c8706a38f2a71f96341b7198a3ec058e9716",
+    "0003_a2a.py": "928be96695d480d3a45a556028804edf367137563cf7f9909e857a116626dde8",
+    "0004_web.py": "9e231dc11b2e077781de9e3f69510c13dbd4ef827b4bcb01248d53a2a75074a3",
+    "0005_repair.py": "245a5ac552c26910d2e40b7a73fbe0218b4130b1cbcb948f264bc9ba8dcfd97b",
+}
+
+
+def _sha256(name: str) -> str:
+    return hashlib.sha256((VERSIONS / name).read_bytes()).hexdigest()
+
+
+def test_landed_migrations_are_unchanged() -> None:
+    changed = [
+        name for name, digest in LANDED.items() if not (VERSIONS / name).exists() or _sha256(name) != digest
+    ]
+    assert changed == [], (
+        f"landed migrations changed or removed: {changed}. Never edit a landed migration: "
+        "restore it and write a new revision"
+    )
+
+
+def test_every_migration_is_recorded() -> None:
+    unrecorded = sorted(p.name for p in VERSIONS.glob("*.py") if p.name not in LANDED)
+    assert unrecorded == [], f"record new migrations in LANDED (with their sha256): {unrecorded}"
+
+
+def test_history_is_one_line() -> None:
+    script = ScriptDirectory.from_config(alembic_config())
+    assert len(script.get_heads()) == 1
+    revisions = list(script.walk_revisions())
+    assert len(revisions) == len(LANDED)
+    assert sum(1 for rev in revisions if rev.down_revision is None) == 1
