@@ -25,10 +25,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
-from pydantic import ValidationError
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from switchboard import ops
+from switchboard import ops, preflight
 from switchboard.ingest.derive import valid_kind
 from switchboard.ingest.verify import mint_path_token, mint_source_secret
 from switchboard.obs import configure_logging, get_logger
@@ -466,20 +465,9 @@ def _settings(args: argparse.Namespace) -> Settings:
     if getattr(args, "listen", None) is not None:
         overrides["listen"] = args.listen
     try:
-        return Settings(**overrides)
-    except ValidationError as exc:
-        problems = "; ".join(f"{_setting_name(e['loc'])}: {_problem(e['msg'])}" for e in exc.errors())
-        raise CliError(f"invalid configuration: {problems}") from None
-
-
-def _setting_name(loc: Sequence[Any]) -> str:
-    """The environment variable an operator sets, as docs/configuration.md names it."""
-    name = str(loc[0]) if loc else "settings"
-    return name if name.startswith("SWITCHBOARD_") else f"SWITCHBOARD_{name.upper()}"
-
-
-def _problem(msg: str) -> str:
-    return msg.removeprefix("Value error, ")
+        return preflight.load_settings(overrides)
+    except preflight.ConfigError as exc:
+        raise CliError(exc.message) from None
 
 
 def _services(settings: Settings) -> Services:
@@ -580,7 +568,7 @@ def serve(settings: Settings) -> int:
 
     try:
         _preflight(settings)
-    except ops.OpsError as exc:
+    except (ops.OpsError, preflight.ConfigError) as exc:
         print(f"error: {scrub(exc.message)}", file=sys.stderr)
         return EXIT_SERVE
     configure_logging()
@@ -631,8 +619,7 @@ def serve(settings: Settings) -> int:
 
 def _preflight(settings: Settings) -> None:
     """The checks that make a misconfigured start fail at once with one line (docs/self-hosting.md)."""
-    ops.check_data_dir(settings)
-    ops.check_listen(settings)
+    preflight.check(settings)
     asyncio.run(ops.check_schema(settings, settings.resolved_database_url()))
 
 

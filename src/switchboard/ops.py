@@ -8,9 +8,7 @@ these handlers and owns the output contract (docs/cli.md).
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
-import socket
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -103,51 +101,7 @@ def backup_sqlite(source: Path, dest_dir: Path, key_file: Path | None) -> dict[s
     return out
 
 
-# -- serve's preflight ---------------------------------------------------------------------------------
-
-
-def check_data_dir(settings: Settings) -> None:
-    """The data folder must be usable by this user before anything is created in it."""
-    path = settings.data_dir
-    probe = path if path.exists() else next((p for p in path.resolve().parents if p.exists()), None)
-    if probe is None:
-        return
-    if not probe.is_dir():
-        raise OpsError(
-            f"SWITCHBOARD_DATA {path}: not a folder (accepted: a folder this user can write)", "config"
-        )
-    if not os.access(probe, os.R_OK | os.W_OK | os.X_OK):
-        what = "" if probe == path else f" (its parent {probe} cannot be written)"
-        raise OpsError(
-            f"SWITCHBOARD_DATA {path}: not readable and writable by uid {os.getuid()}{what}; "
-            "accepted: a folder this user owns (or --data DIR)",
-            "config",
-        )
-
-
-def check_listen(settings: Settings) -> None:
-    """Bind the listen address once, so a taken port fails now, not after startup work."""
-    host, port = settings.listen_host, settings.listen_port
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
-    except socket.gaierror:
-        raise OpsError(
-            f"SWITCHBOARD_LISTEN {settings.listen}: the host must be an IP address "
-            "(accepted: HOST:PORT, e.g. 127.0.0.1:8080 or [::]:8080)",
-            "config",
-        ) from None
-    family, kind, proto, _, address = infos[0]
-    with socket.socket(family, kind, proto) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
-        try:
-            sock.bind(address)
-        except OSError as exc:
-            reason = "address already in use" if exc.errno == errno.EADDRINUSE else exc.strerror
-            raise OpsError(
-                f"SWITCHBOARD_LISTEN {settings.listen}: {reason} "
-                "(accepted: a free HOST:PORT, via SWITCHBOARD_LISTEN or --listen)",
-                "config",
-            ) from None
+# -- serve's preflight (the rest is in switchboard.preflight) --------------------------------------------
 
 
 async def check_schema(settings: Settings, url: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import re
@@ -28,7 +29,17 @@ TOKEN_PREFIX = "sbt_"
 
 _hasher = PasswordHasher()
 # A valid hash to verify against when the email is unknown, so timing does not reveal which part was wrong.
-_DUMMY_HASH = _hasher.hash("switchboard-dummy-password")
+
+
+def _verify_or_dummy(stored: str | None, password: str) -> bool:
+    return _verify(stored or _dummy_hash(), password)
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    """Verified against when the email is unknown, so timing does not tell. Made on first use: an argon2
+    hash costs ~0.5 s, which every CLI command and a refused ``serve`` paid at import."""
+    return _hasher.hash("switchboard-dummy-password")
 
 
 def _verify(stored: str, password: str) -> bool:
@@ -121,8 +132,8 @@ class AccountStore:
     async def check_password(self, email: str, password: str) -> Row[Any] | None:
         """argon2 is deliberately slow (~100 ms): it runs in a worker thread, never on the event loop."""
         row = await self.human_by_email(email)
-        stored = row.password_hash if row else _DUMMY_HASH
-        ok = await asyncio.to_thread(_verify, stored, password)
+        stored = row.password_hash if row else None
+        ok = await asyncio.to_thread(_verify_or_dummy, stored, password)
         return row if ok and row is not None else None
 
     # -- endpoints ---------------------------------------------------------------------------------
