@@ -15,6 +15,7 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from switchboard import __version__
 from switchboard.ingest.app import Ingest
+from switchboard.obs.health import readiness
 from switchboard.obs.logs import get_logger
 from switchboard.ops import ensure_schema
 from switchboard.priority import InboundTracking, inbound_priority
@@ -56,7 +57,17 @@ def create_app(services: Services, *, components: Sequence[Component] | None = N
     services.extras["mcp"] = mcp
 
     async def healthz(_: Request) -> Response:
+        """Liveness: the process serves HTTP. Readiness is /readyz (switchboard.obs.health)."""
         return JSONResponse({"status": "ok", "version": __version__, "instance": services.instance_id})
+
+    async def readyz(_: Request) -> Response:
+        reasons = await readiness(services)
+        body = {
+            "status": "not ready" if reasons else "ready",
+            "reasons": reasons,
+            "instance": services.instance_id,
+        }
+        return JSONResponse(body, status_code=503 if reasons else 200, headers={"cache-control": "no-store"})
 
     async def metrics(_: Request) -> Response:
         return Response(services.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
@@ -78,6 +89,7 @@ def create_app(services: Services, *, components: Sequence[Component] | None = N
 
     routes: list[BaseRoute] = [
         Route("/healthz", healthz),
+        Route("/readyz", readyz),
         Route("/metrics", metrics),
         *ingest.routes(),
     ]
