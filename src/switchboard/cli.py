@@ -391,6 +391,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--listen", metavar="HOST:PORT", help="address to listen on (default $SWITCHBOARD_LISTEN)"
     )
 
+    wait = groups.add_parser(
+        "wait-ready", parents=[data], help="wait until the server answers /readyz with 200 (for scripts)"
+    )
+    wait.add_argument("--url", help="the server's base URL (default: from --listen or $SWITCHBOARD_LISTEN)")
+    wait.add_argument("--listen", metavar="HOST:PORT", help="the address serve was given")
+    wait.add_argument(
+        "--timeout", type=float, default=60.0, metavar="SECONDS", help="give up after (default 60)"
+    )
+
     def group(name: str, help: str) -> Any:
         return groups.add_parser(name, help=help).add_subparsers(
             dest="action", metavar="ACTION", required=True
@@ -543,6 +552,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.group == "serve":
             return serve(_settings(args))
+        if args.group == "wait-ready":
+            return _wait_ready(args)
         output = _run(args)
     except CliError as exc:
         return _fail(exc, as_json)
@@ -614,6 +625,15 @@ def serve(settings: Settings) -> int:
         signal.signal(sig, stop)
     server.run()
     log.info("switchboard stopped")
+    return 0
+
+
+def _wait_ready(args: argparse.Namespace) -> int:
+    url = args.url or preflight.local_url(_settings(args))
+    ready, answer = preflight.wait_ready(url, args.timeout)
+    if not ready:
+        raise CliError(f"{url} not ready after {args.timeout:g} s: {answer}", "not_ready", EXIT_FAILED)
+    print(f"switchboard is ready at {url}")
     return 0
 
 

@@ -118,3 +118,39 @@ def quick_serve_check(argv: Sequence[str]) -> int | None:
         print(f"error: {exc.message}", file=sys.stderr)
         return exc.exit_code
     return None
+
+
+def local_url(settings: Settings) -> str:
+    """The server's own base URL as seen from this machine (a wildcard listen address means loopback)."""
+    wildcard = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}  # noqa: S104 - read, not bound
+    host = wildcard.get(settings.listen_host, settings.listen_host)
+    return (
+        f"http://[{host}]:{settings.listen_port}" if ":" in host else f"http://{host}:{settings.listen_port}"
+    )
+
+
+def wait_ready(url: str, timeout: float, *, interval: float = 0.25) -> tuple[bool, str]:
+    """Poll ``<url>/readyz`` until it answers 200 or ``timeout`` passes: (ready, the last answer).
+    The polling is the point: the server is another process, with nothing to await."""
+    import json
+    import time
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    last = "no answer yet"
+    while True:
+        try:
+            with urllib.request.urlopen(url.rstrip("/") + "/readyz", timeout=2) as answer:  # noqa: S310 - http(s) only
+                return True, answer.read().decode(errors="replace")
+        except urllib.error.HTTPError as exc:
+            try:
+                reasons = json.loads(exc.read()).get("reasons", [])
+            except ValueError:
+                reasons = []
+            last = f"{exc.code}: {'; '.join(reasons) or exc.reason}"
+        except (OSError, ValueError) as exc:
+            last = f"no answer ({type(exc).__name__})"
+        if time.monotonic() >= deadline:
+            return False, last
+        time.sleep(interval)
