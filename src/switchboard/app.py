@@ -15,8 +15,10 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from switchboard import __version__
 from switchboard.ingest.app import Ingest
+from switchboard.obs.asgi import McpTiming
 from switchboard.obs.health import readiness
 from switchboard.obs.logs import get_logger
+from switchboard.obs.queues import refresh_queue_gauges
 from switchboard.ops import ensure_schema
 from switchboard.priority import InboundTracking, inbound_priority
 from switchboard.queue.sweeper import Sweeper
@@ -70,6 +72,7 @@ def create_app(services: Services, *, components: Sequence[Component] | None = N
         return JSONResponse(body, status_code=503 if reasons else 200, headers={"cache-control": "no-store"})
 
     async def metrics(_: Request) -> Response:
+        await refresh_queue_gauges(services)
         return Response(services.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @asynccontextmanager
@@ -99,6 +102,7 @@ def create_app(services: Services, *, components: Sequence[Component] | None = N
     # Inbound write requests go first on the event loop: outbound senders yield to them (priority.py).
     gate = inbound_priority(services)
     middleware = [] if gate is None else [Middleware(InboundTracking, gate=gate)]
+    middleware.append(Middleware(McpTiming, metrics=services.metrics))
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.services = services
     return app

@@ -198,7 +198,7 @@ async def _emails(services: Services) -> dict[str, str]:
 async def human_create(services: Services, args: argparse.Namespace) -> Output:
     if await services.accounts.human_by_email(args.email):
         raise CliError(f"a human with email {args.email!r} exists", "conflict", EXIT_FAILED)
-    await services.accounts.create_human(args.email, args.password)
+    await services.accounts.create_human(args.email, args.password, actor="cli")
     human = _human_json(await _require_human(services, args.email))
     return Output({"human": human}, f"created human {human['email']} ({human['id']})")
 
@@ -212,7 +212,9 @@ async def human_list(services: Services, args: argparse.Namespace) -> Output:
 async def endpoint_vend(services: Services, args: argparse.Namespace) -> Output:
     human = await _require_human(services, args.human)
     verbs = list(DEFAULT_GRANT) if args.default_grant else args.verbs
-    endpoint, token = await services.accounts.vend_endpoint(human.id, args.slug, args.queues, verbs)
+    endpoint, token = await services.accounts.vend_endpoint(
+        human.id, args.slug, args.queues, verbs, actor="cli"
+    )
     text = (
         f"vended endpoint {endpoint.slug} ({endpoint.id}) for {human.email}\n"
         f"  verbs:  {', '.join(endpoint.verbs)}\n  queues: {', '.join(endpoint.queues)}\n"
@@ -582,7 +584,7 @@ def serve(settings: Settings) -> int:
     except (ops.OpsError, preflight.ConfigError) as exc:
         print(f"error: {scrub(exc.message)}", file=sys.stderr)
         return EXIT_SERVE
-    configure_logging()
+    configure_logging(settings.log_level, settings.log_format)
     # Our one startup line (below) replaces uvicorn's own chatter; its warnings and errors still show.
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
     if warning := _shares_key_warning(settings):

@@ -33,6 +33,8 @@ class Settings(BaseSettings):
     # Bring a behind schema to head when serve (or an admin command) starts; off: refuse and name
     # `switchboard db upgrade` (docs/self-hosting.md, "Upgrades").
     auto_upgrade: bool = True
+    log_level: str = "INFO"  # DEBUG | INFO | WARNING | ERROR (docs/self-hosting.md, "Observability")
+    log_format: str = "json"  # json | text
 
     lease_seconds: int = 300
     max_lease_seconds: int = 3600
@@ -90,6 +92,20 @@ class Settings(BaseSettings):
         if value and not value.startswith(DATABASE_URL_PREFIXES):
             raise ValueError(f"accepted forms: {DATABASE_URL_FORMS}")  # never echo it: it may hold a password
         return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, value: str) -> str:
+        if value.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise ValueError("accepted: DEBUG, INFO, WARNING or ERROR")
+        return value.upper()
+
+    @field_validator("log_format")
+    @classmethod
+    def _log_format(cls, value: str) -> str:
+        if value.lower() not in ("json", "text"):
+            raise ValueError("accepted: json or text")
+        return value.lower()
 
     @field_validator("listen")
     @classmethod

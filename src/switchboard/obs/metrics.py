@@ -6,7 +6,21 @@ test process do not share counters.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+
+from switchboard import __version__
+
+# Delivery latency runs from seconds (a receiver on the LAN) to hours (retries with backoff).
+DELIVERY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0)
+REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 class Metrics:
@@ -105,6 +119,51 @@ class Metrics:
             "switchboard_a2a_calls_total",
             "A2A JSON-RPC calls by method and result code.",
             ["method", "code"],
+            registry=r,
+        )
+
+        # Operations (docs/self-hosting.md, "Observability").
+        Gauge("switchboard_build_info", "The running build (value 1).", ["version"], registry=r).labels(
+            __version__
+        ).set(1)
+        ProcessCollector(registry=r)  # process_cpu_seconds_total, process_resident_memory_bytes, fds...
+        PlatformCollector(registry=r)  # python_info
+        self.queue_backlog = Gauge(
+            "switchboard_queue_backlog",
+            "Todos waiting on a queue (pending, or failed and due for retry), across every tenant, as of "
+            'this scrape. Queue names beyond the largest METRICS_MAX_QUEUES are summed as queue="_other".',
+            ["queue"],
+            registry=r,
+        )
+        self.queue_oldest_pending = Gauge(
+            "switchboard_queue_oldest_pending_seconds",
+            "Age of the oldest pending todo on a queue, as of this scrape (0 when none is pending).",
+            ["queue"],
+            registry=r,
+        )
+        self.queue_stats_errors = Counter(
+            "switchboard_queue_stats_errors_total",
+            "Scrapes whose queue statistics could not be read (the queue gauges kept their last values).",
+            registry=r,
+        )
+        self.notify_delivery_seconds = Histogram(
+            "switchboard_notify_hook_delivery_seconds",
+            "From the transition's commit to the receiver's 2xx, per delivered notify-hook notification.",
+            buckets=DELIVERY_BUCKETS,
+            registry=r,
+        )
+        self.a2a_push_delivery_seconds = Histogram(
+            "switchboard_a2a_push_delivery_seconds",
+            "From the outbox row's commit to the receiver's 2xx, per delivered A2A push notification.",
+            buckets=DELIVERY_BUCKETS,
+            registry=r,
+        )
+        self.mcp_request_seconds = Histogram(
+            "switchboard_mcp_request_seconds",
+            "MCP requests on /mcp from arrival to the end of the response, by JSON-RPC method and tool "
+            '(verb="" for methods other than tools/call).',
+            ["method", "verb"],
+            buckets=REQUEST_BUCKETS,
             registry=r,
         )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -139,7 +140,12 @@ class Database:
             raise StoreUnavailable("database unavailable") from exc
 
     async def schema_status(self) -> SchemaStatus:
-        """The database's revision against this build's head (one small read)."""
+        """The database's revision against this build's head (one small read). A SQLite file that does
+        not exist yet is an empty database; looking does not create it (or its folder)."""
+        if self.is_sqlite:
+            db_path = self.engine.url.database
+            if db_path and db_path != ":memory:" and not await asyncio.to_thread(Path(db_path).exists):
+                return SchemaStatus(current=None, head=_head(), known=True)
         async with self.read() as conn:
             return await conn.run_sync(_status)
 
@@ -169,6 +175,12 @@ def _upgrade(sync_conn: Connection) -> None:
     cfg = alembic_config()
     cfg.attributes["connection"] = sync_conn
     command.upgrade(cfg, "head")
+
+
+def _head() -> str:
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None
+    return head
 
 
 def _status(sync_conn: Connection) -> SchemaStatus:
