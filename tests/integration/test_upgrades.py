@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -132,3 +133,18 @@ async def test_serve_upgrades_an_old_database_and_works(
             Webhook(hook["signing_secret"]).verify(req.body, req.header_map)
             claimed = await a.ok("claim_next", {})
             assert claimed["todo"]["id"] == todo_id
+
+        # The delivery's latency, observed in the notify worker child, reaches the server's /metrics.
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=10) as http, asyncio.timeout(15):
+            while True:
+                text = (await http.get("/metrics")).text
+                count = re.search(
+                    r"^switchboard_notify_hook_delivery_seconds_count (\S+)$", text, re.MULTILINE
+                )
+                if count and float(count.group(1)) >= 1:
+                    break
+                await asyncio.sleep(0.2)  # relayed by the child on its own schedule: nothing to await
+        inf = re.search(
+            r'^switchboard_notify_hook_delivery_seconds_bucket\{le="\+Inf"\} (\S+)$', text, re.MULTILINE
+        )
+        assert inf and float(inf.group(1)) == float(count.group(1))

@@ -6,6 +6,11 @@ test process do not share counters.
 
 from __future__ import annotations
 
+import bisect
+import math
+import threading
+from collections.abc import Iterable, Sequence
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -15,6 +20,8 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
+from prometheus_client.core import HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from switchboard import __version__
 
@@ -146,16 +153,13 @@ class Metrics:
             "Scrapes whose queue statistics could not be read (the queue gauges kept their last values).",
             registry=r,
         )
-        self.notify_delivery_seconds = Histogram(
+        # Observed where the notification is delivered: in a notify worker child by default, whose
+        # bucket counts are relayed here (switchboard.notify.wire), hence mergeable.
+        self.notify_delivery_seconds = MergeableHistogram(
             "switchboard_notify_hook_delivery_seconds",
-            "From the transition's commit to the receiver's 2xx, per delivered notify-hook notification.",
-            buckets=DELIVERY_BUCKETS,
-            registry=r,
-        )
-        self.a2a_push_delivery_seconds = Histogram(
-            "switchboard_a2a_push_delivery_seconds",
-            "From the outbox row's commit to the receiver's 2xx, per delivered A2A push notification.",
-            buckets=DELIVERY_BUCKETS,
+            "From the committed transition's match to the receiver's 2xx, per delivered notify-hook "
+            "notification (retries included).",
+            DELIVERY_BUCKETS,
             registry=r,
         )
         self.mcp_request_seconds = Histogram(
@@ -169,3 +173,49 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class MergeableHistogram(Collector):
+    """A label-less histogram that can also take another process's bucket increments (``merge``), so a
+    worker child's observations reach the server's /metrics exactly (prometheus_client's Histogram cannot
+    be added to)."""
+
+    def __init__(
+        self, name: str, documentation: str, buckets: Sequence[float], *, registry: CollectorRegistry
+    ) -> None:
+        self.name, self.documentation = name, documentation
+        self.bounds = (*sorted(buckets), math.inf)
+        self._cumulative = [0.0] * len(self.bounds)
+        self._sum = 0.0
+        self._lock = threading.Lock()
+        registry.register(self)
+
+    def observe(self, value: float) -> None:
+        with self._lock:
+            for i in range(bisect.bisect_left(self.bounds, value), len(self.bounds)):
+                self._cumulative[i] += 1
+            self._sum += value
+
+    def merge(self, sample: str, labels: dict[str, str], delta: float) -> None:
+        """Add a relayed increment of one sample (``<name>_bucket`` with ``le``, or ``<name>_sum``)."""
+        with self._lock:
+            if sample == self.name + "_sum":
+                self._sum += delta
+            elif sample == self.name + "_bucket":
+                le = float(labels["le"])
+                if le in self.bounds:
+                    self._cumulative[self.bounds.index(le)] += delta
+
+    def collect(self) -> Iterable[Metric]:
+        with self._lock:
+            buckets = [(_le(b), c) for b, c in zip(self.bounds, self._cumulative, strict=True)]
+            total = self._sum
+        yield HistogramMetricFamily(self.name, self.documentation, buckets=buckets, sum_value=total)
+
+    def describe(self) -> Iterable[Metric]:
+        yield HistogramMetricFamily(self.name, self.documentation)
+
+
+def _le(bound: float) -> str:
+    """A bucket bound as the exposition format writes it (``0.05``, ``1.0``, ``+Inf``)."""
+    return "+Inf" if math.isinf(bound) else repr(float(bound))
