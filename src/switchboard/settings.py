@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import ssl
 from pathlib import Path
 
 from pydantic import Field, field_validator
@@ -49,6 +50,8 @@ class Settings(BaseSettings):
     inbound_priority_max_defer_ms: int = 0  # opt-in: docs/benchmarks.md found no gain on 2 cores
 
     push_allow_http: bool = False
+    # PEM file of private CA(s) trusted for outbound HTTPS in addition to the system store.
+    ca_bundle: Path | None = None
     notify_hook_allow_cidrs: str = ""
     notify_hook_ceiling: int = 5
     notify_queue_size: int = 10_000
@@ -91,6 +94,16 @@ class Settings(BaseSettings):
     def _database_url_form(cls, value: str | None) -> str | None:
         if value and not value.startswith(DATABASE_URL_PREFIXES):
             raise ValueError(f"accepted forms: {DATABASE_URL_FORMS}")  # never echo it: it may hold a password
+        return value
+
+    @field_validator("ca_bundle")
+    @classmethod
+    def _ca_bundle_loads(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            try:
+                ssl.create_default_context().load_verify_locations(cafile=str(value))
+            except (OSError, ssl.SSLError):
+                raise ValueError(f"{value}: not a readable PEM file of CA certificates") from None
         return value
 
     @field_validator("log_level")
