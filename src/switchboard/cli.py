@@ -237,6 +237,37 @@ async def endpoint_list(services: Services, args: argparse.Namespace) -> Output:
     return Output({"endpoints": endpoints}, text)
 
 
+async def endpoint_grant(services: Services, args: argparse.Namespace) -> Output:
+    """Add or remove verbs on an existing endpoint, through the scope update the web UI's editor makes."""
+    endpoint = await services.accounts.endpoint_by_slug(args.slug)
+    if endpoint is None:
+        raise CliError(f"no endpoint {args.slug!r}", "not_found", EXIT_FAILED)
+    both = sorted(set(args.add or ()) & set(args.remove or ()))
+    if both:
+        raise CliError(f"both added and removed: {', '.join(both)}")
+    verbs = sorted((set(endpoint.verbs) | set(args.add or ())) - set(args.remove or ()))
+    if not verbs:
+        raise CliError("that would leave the endpoint no verbs (revoke its token instead)")
+    await services.accounts.set_scope(endpoint.id, verbs=verbs, actor="cli")
+    updated = await services.accounts.endpoint(endpoint.id)
+    assert updated is not None
+    emails = await _emails(services)
+    added = sorted(set(updated.verbs) - set(endpoint.verbs))
+    removed = sorted(set(endpoint.verbs) - set(updated.verbs))
+    text = (
+        f"endpoint {updated.slug}: verbs {', '.join(updated.verbs)}"
+        + (f"\n  added:   {', '.join(added)}" if added else "")
+        + (f"\n  removed: {', '.join(removed)}" if removed else "")
+        + ("" if added or removed else "\n  (unchanged)")
+    )
+    data = {
+        "endpoint": _endpoint_json(updated, emails.get(updated.human_id, "")),
+        "added": added,
+        "removed": removed,
+    }
+    return Output(data, text)
+
+
 async def source_create(services: Services, args: argparse.Namespace) -> Output:
     human = await _require_human(services, args.human)
     # A token-trust source is authenticated by its URL path, so its secret is the path token.
@@ -423,7 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     command(humans, "list", human_list, "list humans")
 
-    endpoints = group("endpoint", "vend and list endpoints")
+    endpoints = group("endpoint", "vend, list and re-grant endpoints")
     cmd = command(endpoints, "vend", endpoint_vend, "vend an endpoint and print its token once")
     cmd.add_argument("--human", required=True, metavar="EMAIL", help="the owning human")
     cmd.add_argument("--slug", required=True, type=_slug)
@@ -431,6 +462,10 @@ def build_parser() -> argparse.ArgumentParser:
     grant = cmd.add_mutually_exclusive_group(required=True)
     grant.add_argument("--verbs", type=_verbs, metavar="V1,V2", help="verbs it may call")
     grant.add_argument("--default-grant", action="store_true", help=f"grant {', '.join(DEFAULT_GRANT)}")
+    cmd = command(endpoints, "grant", endpoint_grant, "add or remove verbs on an existing endpoint")
+    cmd.add_argument("slug", type=_slug, metavar="SLUG")
+    cmd.add_argument("--add", type=_verbs, metavar="V1,V2", help="verbs to grant")
+    cmd.add_argument("--remove", type=_verbs, metavar="V1,V2", help="verbs to take away")
     cmd = command(endpoints, "list", endpoint_list, "list endpoints (never their tokens)")
     cmd.add_argument("--human", metavar="EMAIL", help="only this human's endpoints")
 
