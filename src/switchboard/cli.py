@@ -433,6 +433,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=60.0, metavar="SECONDS", help="give up after (default 60)"
     )
 
+    call = groups.add_parser(
+        "call", parents=[data], help="call an MCP verb as an endpoint (token on stdin) and print the result"
+    )
+    call.add_argument("tool", metavar="TOOL", help="the verb, e.g. create_notify_hook")
+    call.add_argument("arguments", nargs="*", metavar="KEY=VALUE", help="arguments (JSON values parsed)")
+    call.add_argument("--token-stdin", action="store_true", required=True, help="read the token from stdin")
+    call.add_argument("--url", help="the MCP URL (default: /mcp at --listen or $SWITCHBOARD_LISTEN)")
+    call.add_argument("--listen", metavar="HOST:PORT", help="the address serve was given")
+    call.add_argument("--json", action="store_true", help="one JSON object on stdout")
+
     def group(name: str, help: str) -> Any:
         return groups.add_parser(name, help=help).add_subparsers(
             dest="action", metavar="ACTION", required=True
@@ -591,6 +601,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return serve(_settings(args))
         if args.group == "wait-ready":
             return _wait_ready(args)
+        if args.group == "call":
+            return _call(args)
         output = _run(args)
     except CliError as exc:
         return _fail(exc, as_json)
@@ -662,6 +674,31 @@ def serve(settings: Settings) -> int:
         signal.signal(sig, stop)
     server.run()
     log.info("switchboard stopped")
+    return 0
+
+
+def _call(args: argparse.Namespace) -> int:
+    from switchboard.call import CallError, call_tool, parse_arguments
+
+    try:
+        arguments = parse_arguments(args.arguments)
+    except CallError as exc:
+        raise CliError(str(exc)) from None
+    token = sys.stdin.readline().strip()
+    if not token:
+        raise CliError("no token on stdin (pass the endpoint's token as the first line of stdin)")
+    url = args.url or preflight.local_url(_settings(args)) + "/mcp"
+    try:
+        ok, data = asyncio.run(call_tool(url, token, args.tool, arguments))
+    except Exception as exc:  # the SDK's transport errors: name them, never the token
+        raise CliError(f"{url}: call failed ({type(exc).__name__})", "unavailable", EXIT_FAILED) from None
+    if not ok:
+        code = str(data.get("code") or "tool_error")
+        if args.json:
+            print(json.dumps({"error": code, "result": data}))
+        print(f"error: {args.tool}: {scrub(json.dumps(data))}", file=sys.stderr)
+        return EXIT_FAILED
+    print(json.dumps(data) if args.json else json.dumps(data, indent=2))
     return 0
 
 
