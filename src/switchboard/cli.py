@@ -15,6 +15,7 @@ import asyncio
 import getpass
 import json
 import logging
+import os
 import signal
 import socket
 import sys
@@ -443,6 +444,16 @@ def build_parser() -> argparse.ArgumentParser:
     call.add_argument("--listen", metavar="HOST:PORT", help="the address serve was given")
     call.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
+    listen = groups.add_parser("listen", help="a local receiver that verifies and prints notifications")
+    listen.add_argument("--port", type=int, required=True)
+    listen.add_argument("--host", default="127.0.0.1")
+    listen.add_argument("--secret", help="whsec_... (default $SWITCHBOARD_HOOK_SECRET)")
+    listen.add_argument("--cert", help="PEM certificate: serve HTTPS")
+    listen.add_argument("--key", help="PEM private key for --cert")
+    verify_cmd = groups.add_parser("verify", help="verify one captured notification request read from stdin")
+    verify_cmd.add_argument("--secret", help="whsec_... (default $SWITCHBOARD_HOOK_SECRET)")
+    verify_cmd.add_argument("--json", action="store_true", help="errors as one JSON object too")
+
     def group(name: str, help: str) -> Any:
         return groups.add_parser(name, help=help).add_subparsers(
             dest="action", metavar="ACTION", required=True
@@ -603,6 +614,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _wait_ready(args)
         if args.group == "call":
             return _call(args)
+        if args.group in ("listen", "verify"):
+            return _listen(args) if args.group == "listen" else _verify(args)
         output = _run(args)
     except CliError as exc:
         return _fail(exc, as_json)
@@ -699,6 +712,48 @@ def _call(args: argparse.Namespace) -> int:
         print(f"error: {args.tool}: {scrub(json.dumps(data))}", file=sys.stderr)
         return EXIT_FAILED
     print(json.dumps(data) if args.json else json.dumps(data, indent=2))
+    return 0
+
+
+def _hook_secret(args: argparse.Namespace) -> str:
+    secret = args.secret or os.environ.get("SWITCHBOARD_HOOK_SECRET", "")
+    if not secret.startswith("whsec_"):
+        raise CliError("give the hook's signing secret (whsec_...) in SWITCHBOARD_HOOK_SECRET or --secret")
+    return str(secret)
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from switchboard.receiver import NotVerified, parse_request, verify
+
+    secret = _hook_secret(args)
+    try:
+        headers, body = parse_request(sys.stdin.buffer.read())
+        payload = verify(secret, body, headers)
+    except NotVerified as exc:
+        raise CliError(f"signature does not verify ({exc})", "not_verified", EXIT_FAILED) from None
+    print(json.dumps({"verified": True, "webhook-id": headers.get("webhook-id"), "payload": payload}))
+    return 0
+
+
+def _listen(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from switchboard.receiver import listen_app
+
+    secret = _hook_secret(args)
+    if bool(args.cert) != bool(args.key):
+        raise CliError("--cert and --key go together")
+    scheme = "https" if args.cert else "http"
+    print(f"listening on {scheme}://{args.host}:{args.port}/ (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    uvicorn.run(
+        listen_app(secret),
+        host=args.host,
+        port=args.port,
+        ssl_certfile=args.cert,
+        ssl_keyfile=args.key,
+        log_level="warning",
+        access_log=False,
+    )
     return 0
 
 
