@@ -80,7 +80,7 @@ def backup_sqlite(source: Path, dest_dir: Path, key_file: Path | None) -> dict[s
     target = dest_dir / source.name
     if target.exists():
         raise OpsError(f"{target} exists: back up into an empty folder", "conflict")
-    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+    src = sqlite3.connect(source.resolve().as_uri() + "?mode=ro", uri=True)
     try:
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         os.close(fd)

@@ -89,21 +89,22 @@ class McpTiming:
             await self.app(scope, receive, send)
             return
         started = time.monotonic()
-        # Read the body first (the MCP transport would read all of it anyway), then hand it on unchanged.
+        # Read the body first (up to MAX_PARSED: the rest streams on unread), then hand it on unchanged.
         messages: list[Message] = []
-        size, parts = 0, []
+        size, complete = 0, False
         while True:
             message = await receive()
             messages.append(message)
             if message["type"] != "http.request":
                 break
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size <= MAX_PARSED:
-                parts.append(chunk)
+            size += len(message.get("body", b""))
             if not message.get("more_body", False):
+                complete = True
                 break
-        method, verb = labels_of(b"".join(parts)) if size <= MAX_PARSED else ("other", "")
+            if size > MAX_PARSED:
+                break
+        body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request")
+        method, verb = labels_of(body) if complete and size <= MAX_PARSED else ("other", "")
         replay = iter(messages)
 
         async def replayed() -> Message:
