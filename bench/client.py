@@ -332,8 +332,9 @@ class _Mcp:
     async def tool(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
         result = await self._rpc("tools/call", {"name": name, "arguments": args})
         data = result.get("structuredContent") or {}
-        if result.get("isError"):
-            raise RuntimeError(f"{name}: {data.get('code', data)}")
+        if result.get("isError"):  # the error object is in _meta (docs/mcp.md), not structuredContent
+            error = (result.get("_meta") or {}).get("switchboard/error") or {}
+            raise RuntimeError(f"{name}: {error.get('code', error)}")
         return dict(data)
 
     async def close(self) -> None:

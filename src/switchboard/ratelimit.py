@@ -1,9 +1,21 @@
-"""Token buckets keyed by an id (endpoint, source, hook). In-process by design: limits protect this
-instance's resources; the database enforces every cross-instance guarantee."""
+"""Rate limits keyed by an id (endpoint, source, hook, host). In-process by design: limits protect this
+instance's resources and the receivers it calls; the database enforces every cross-instance guarantee.
+
+Two kinds, for two meanings of "N per minute":
+
+* :class:`RateLimiter`, a token bucket: an *average* rate with a burst allowance on top. Right for
+  protecting this server (MCP calls, inbound webhooks, sign-in attempts), where a burst after a quiet
+  spell is fine. Over any 60 s it admits up to ``burst + per_minute``: with burst 120 and 120 a minute,
+  233 in one minute was measured (issue 14).
+* :class:`WindowLimiter`, a sliding window: a *ceiling*. No ``window``-second interval ever holds more
+  than ``limit`` admissions for one key. Right where the number is a promise to someone else, like
+  SPEC-0024's "120 notifications per minute" per hook, which exists so Switchboard cannot be used as
+  an amplifier against a receiver.
+"""
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 from switchboard.clock import Clock
 
@@ -30,3 +42,78 @@ class RateLimiter:
         if len(self._buckets) > self._max_keys:
             self._buckets.popitem(last=False)
         return allowed
+
+
+class WindowLimiter:
+    """At most ``limit`` admissions per key in any ``window`` seconds (a sliding log, exact).
+
+    Each key keeps the times of its last ``limit`` admissions; a new one is admitted only when the
+    oldest of them is more than ``window`` seconds old, so every closed interval of ``window`` seconds
+    holds at most ``limit``. A refusal takes nothing: what is refused does not count. Memory is at most
+    ``limit`` floats per key admitted within the last window; keys idle for a whole window are
+    forgotten (forgetting them changes no answer). If the clock steps back, a key's times are moved
+    back with it, so a step never lets more through and never blocks a key for the length of the step.
+
+    :meth:`take` answers the question a scheduler asks (how long until a slot frees), which is what
+    a limiter that delays work instead of dropping it needs.
+    """
+
+    def __init__(self, clock: Clock, limit: int, window: float = 60.0) -> None:
+        if limit < 1 or window <= 0:
+            raise ValueError("limit must be at least 1 and window positive")
+        self.clock = clock
+        self.limit = limit
+        self.window = window
+        # key -> admission times, oldest first; keys ordered by their newest admission, oldest first
+        self._log: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def allow(self, key: str) -> bool:
+        """Admit one for ``key`` if its window has room."""
+        return self.take(key) == 0.0
+
+    def take(self, key: str) -> float:
+        """Admit one for ``key`` and return 0.0, or admit nothing and return the seconds until the
+        window has room again."""
+        now = self.clock.now()
+        self._forget_idle(now)
+        times = self._log.get(key)
+        if times is None:
+            times = self._log[key] = deque(maxlen=self.limit)
+        elif times and times[-1] > now:  # the clock stepped back: move this key's history with it
+            step = times[-1] - now
+            times = self._log[key] = deque((t - step for t in times), maxlen=self.limit)
+        if len(times) == self.limit:
+            wait = times[0] + self.window - now
+            if wait >= 0:
+                return max(wait, 1e-9)  # the oldest is still inside the closed window: no room
+        times.append(now)  # drops the oldest when full
+        self._log.move_to_end(key)
+        return 0.0
+
+    def wait(self, key: str) -> float:
+        """Seconds until ``key`` could be admitted (0.0: now), taking nothing: for a scheduler that
+        leaves a full key out of its next claim instead of dropping its work."""
+        now = self.clock.now()
+        times = self._log.get(key)
+        if times is None or len(times) < self.limit:
+            return 0.0
+        oldest = times[0] - max(0.0, times[-1] - now)  # as take() would see it after a clock step back
+        if now - oldest > self.window:
+            return 0.0
+        return max(oldest + self.window - now, 1e-9)
+
+    def used(self, key: str) -> int:
+        """Admissions for ``key`` within the last window (for metrics and tests)."""
+        now = self.clock.now()
+        return sum(1 for t in self._log.get(key, ()) if now - t <= self.window)
+
+    def __len__(self) -> int:
+        """Keys held now (each admitted within its last window)."""
+        return len(self._log)
+
+    def _forget_idle(self, now: float) -> None:
+        while self._log:
+            key, times = next(iter(self._log.items()))
+            if times and now - times[-1] <= self.window:
+                return
+            del self._log[key]

@@ -79,6 +79,9 @@ class Settings(BaseSettings):
     a2a_push_retry_cap_seconds: float = 3600.0
     a2a_push_poll_seconds: float = 2.0
     a2a_push_retention_hours: float = 24.0
+    a2a_send_wait_seconds: float = Field(default=30.0, ge=0, le=300)  # SendMessage's wait (docs/a2a.md)
+    a2a_push_slow_timeout_seconds: float = Field(default=30.0, ge=1, le=120)
+    a2a_push_order_wait_seconds: float = Field(default=60.0, ge=0)
 
     # Web UI and MCP OAuth (docs/web.md; docs/configuration.md, "Web UI and OAuth").
     session_secret: str | None = None  # default: derived from the cred key (HKDF)

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mcp import MCPError
+from mcp_types import INVALID_PARAMS
 from sqlalchemy import func, select
 
 from switchboard.clock import ManualClock
@@ -165,6 +167,12 @@ async def fuzz_agent(worlds: Worlds) -> AsyncIterator[Agent]:
 async def test_mcp_verb_fuzz_always_structured(
     worlds: Worlds, fuzz_agent: Agent, verb: str, args: dict[str, Any]
 ) -> None:
+    if not worlds.inst.services.extras["mcp"].server.offers(verb):
+        # A tool this server does not offer at all is the spec's protocol error, not a tool result.
+        with pytest.raises(MCPError) as err:
+            await fuzz_agent.call(verb, args)
+        assert err.value.error.code == INVALID_PARAMS
+        return
     result = await fuzz_agent.call(verb, args)
     if not result.ok:
         assert result.code in MCP_CODES, result.data

@@ -31,7 +31,7 @@ from sqlalchemy.engine import Connection
 from switchboard.store.db import MIGRATIONS, Database
 
 RELEASED = Path(__file__).parent / "released_migrations"
-EARLIER = ("0001", "0002", "0003", "0004")
+EARLIER = ("0001", "0002", "0003", "0004", "console")
 # history name -> the commit whose released files it replays (None: the files in the tree)
 HISTORIES = {"current": None, "released-59580ec": "59580ec", "released-80ca7e6": "80ca7e6"}
 NOW_MS = 1_800_000_000_000
@@ -55,13 +55,15 @@ _VALUES: dict[str, Any] = {
 
 
 def script_location(history: str, into: Path) -> Path:
-    """An alembic script folder holding ``history``'s files for revisions 0001-0004 (never the repair)."""
+    """An alembic script folder holding ``history``'s files for every revision before the repair."""
     into.mkdir(parents=True, exist_ok=True)
     for name in ("env.py", "script.py.mako"):
         shutil.copy(MIGRATIONS / name, into / name)
     versions = into / "versions"
     versions.mkdir(exist_ok=True)
-    for path in sorted((MIGRATIONS / "versions").glob("000[1-4]_*.py")):
+    for path in sorted((MIGRATIONS / "versions").glob("*.py")):
+        if path.name.endswith("_repair.py"):
+            continue
         shutil.copy(path, versions / path.name)
     commit = HISTORIES[history]
     if commit is not None:

@@ -29,10 +29,12 @@ from switchboard.a2a.handler import Handler
 from switchboard.a2a.limits import HostLimits
 from switchboard.a2a.outbox import OutboxStore
 from switchboard.a2a.tasks import A2A_SOURCE, TaskStore
+from switchboard.a2a.waiter import TaskWaiter
 from switchboard.a2a.worker import DeliveryWorker, Policy
 from switchboard.obs.logs import get_logger
 from switchboard.outbound import a2a_outbound
 from switchboard.priority import inbound_priority
+from switchboard.push import Sender, Validator
 from switchboard.services import Services
 from switchboard.store.transitions import Transition
 
@@ -74,7 +76,7 @@ class A2AComponent:
         s = services.settings
         self.services = services
         self.push_enabled = s.a2a_push_enabled
-        validator, sender = a2a_outbound(services)
+        validator, _ = a2a_outbound(services)
         self.tasks = TaskStore(services.db)
         self.configs = ConfigStore(services.db, services.envelope, services.clock)
         self.outbox = OutboxStore(services.db)
@@ -85,11 +87,20 @@ class A2AComponent:
             retry_cap=s.a2a_push_retry_cap_seconds,
             poll_seconds=s.a2a_push_poll_seconds,
             retention_seconds=s.a2a_push_retention_hours * 3600,
+            slow_timeout=s.a2a_push_slow_timeout_seconds,
+            order_wait_seconds=s.a2a_push_order_wait_seconds,
+            lease_seconds=max(60.0, 2 * s.a2a_push_slow_timeout_seconds + 10),
         )
+        # A2A's own Senders (the shared validator): the normal timeout, and the one for receivers
+        # known to answer slowly (worker.py).
+        sender = self._sender(validator, self.policy.timeout)
+        slow_sender = self._sender(validator, self.policy.slow_timeout)
         self.worker = DeliveryWorker(
             outbox=self.outbox,
             configs=self.configs,
             sender=sender,
+            slow_sender=slow_sender,
+            validator=validator,
             limits=HostLimits(
                 services.clock,
                 per_minute=s.a2a_push_host_rate_per_minute,
@@ -110,11 +121,29 @@ class A2AComponent:
             ceiling=s.a2a_push_configs_per_task,
         )
         self.card = build_card(s, push_enabled=self.push_enabled)
-        services.hub.add_in_transaction(Fanout(self.configs, push_enabled=self.push_enabled))
+        # Every instance writes outbox rows (fanout.py); only push-enabled ones deliver them.
+        services.hub.add_in_transaction(Fanout(self.configs))
+        self.waiter = TaskWaiter(
+            self.tasks, fallback_seconds=1.0 if services.db.dialect == "postgresql" else None
+        )
+        self.handler.waiter = self.waiter
+        self.handler.send_wait = s.a2a_send_wait_seconds
+        services.extras.setdefault("on_draining", []).append(self.waiter.close)  # cli.serve's stop
+        services.hub.subscribe("a2a_waiters", self._wake_waiters, queue_size=10_000)
         if self.push_enabled:
             services.hub.subscribe("a2a_push", self._on_transition, queue_size=1000)
         services.extras["a2a"] = self
         guard_sdk_logs()
+
+    def _sender(self, validator: Validator, timeout: float) -> Sender:
+        sender = Sender(validator, timeout=timeout, ssl_context=self.services.ssl_context)
+        self.services.extras.setdefault("on_close", []).append(sender.aclose)  # its kept connections
+        return sender
+
+    async def _wake_waiters(self, t: Transition) -> None:
+        """Post-commit: a SendMessage waiting on this task re-reads it (handler.py)."""
+        if t.source == A2A_SOURCE:
+            self.waiter.notify(t.todo_id)
 
     async def _on_transition(self, t: Transition) -> None:
         """Post-commit: the outbox rows are durable by now; just tell the worker. A dropped wake loses
@@ -135,12 +164,15 @@ class A2AComponent:
 
     @asynccontextmanager
     async def lifespan(self) -> AsyncIterator[None]:
-        if not self.push_enabled:
-            log.warning("A2A push notifications are disabled: SWITCHBOARD_A2A_PUSH_ENABLED is false")
-            yield
-            return
-        await self.worker.start()
         try:
-            yield
+            if not self.push_enabled:
+                log.warning("A2A push notifications are disabled: SWITCHBOARD_A2A_PUSH_ENABLED is false")
+                yield
+                return
+            await self.worker.start()
+            try:
+                yield
+            finally:
+                await self.worker.stop()
         finally:
-            await self.worker.stop()
+            self.waiter.close()

@@ -6,6 +6,9 @@
 * The per-task ceiling is enforced in the inserting transaction, after locking the task row.
 * ``authentication.scheme = StandardWebhooks`` asks for Standard Webhooks signing: the credentials are a
   ``whsec_`` secret, minted here when the caller sends none, and shown once, in the create result.
+* The redaction placeholder sent back (the a2a-sdk get-modify-set pattern) keeps the stored value: a
+  ``token`` or ``credentials`` of ``[redacted]``, or a URL ending in ``?[redacted]`` that matches the
+  stored one, replace nothing. It is never stored, and is refused where there is nothing to keep.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from switchboard.store.db import Database
 from switchboard.store.schema_a2a import a2a_push_outbox, a2a_tasks, push_notification_configs
 
 SIGNING_SCHEME: Final = "StandardWebhooks"
+PLACEHOLDER: Final = "[redacted]"  # what Get and List show in place of a secret (views.REDACTED)
+REDACTED_QUERY: Final = "?" + PLACEHOLDER
 MAX_TOKEN = 1024
 MAX_CREDENTIALS = 4096
 _CONFIG_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
@@ -48,9 +53,17 @@ class ConfigInput:
     scheme: str | None
     credentials: str | None
     minted: bool  # credentials are a signing secret minted here (reveal once)
+    # The caller sent the redaction placeholder back: keep the stored value of that field.
+    keep_url: bool = False
+    keep_token: bool = False
+    keep_credentials: bool = False
 
     def __repr__(self) -> str:
         return f"ConfigInput(config_id={self.config_id!r}, url={self.url_display!r})"
+
+    @property
+    def keeps(self) -> bool:
+        return self.keep_url or self.keep_token or self.keep_credentials
 
     @property
     def signing(self) -> bool:
@@ -109,8 +122,13 @@ async def parse_config(
         )
     if not url:
         raise ConfigRefused("url is required", reason="invalid_field")
+    keep_url = url.endswith(REDACTED_QUERY)
+    keep_token = token == PLACEHOLDER
+    keep_credentials = credentials == PLACEHOLDER and scheme is not None
     try:
-        target = await validator.check(url)
+        # With the placeholder query, the origin and path are checked here and the stored URL (whose
+        # display must equal ``url``) is kept: see ConfigStore.upsert.
+        target = await validator.check(url[: -len(REDACTED_QUERY)] if keep_url else url)
     except TargetRejected as err:
         raise ConfigRefused(f"url refused: {err}", reason="rejected_ssrf") from None
     minted = False
@@ -121,7 +139,9 @@ async def parse_config(
             )
         if scheme.lower() == SIGNING_SCHEME.lower():
             scheme = SIGNING_SCHEME
-            if credentials:
+            if keep_credentials:
+                pass
+            elif credentials:
                 try:
                     sign([credentials], "msg_check", 0, b"")
                 except ValueError:
@@ -142,20 +162,53 @@ async def parse_config(
             raise ConfigRefused(
                 "authentication.credentials is required for this scheme", reason="invalid_field"
             )
-        else:
+        elif not keep_credentials:
             credentials = _text(credentials, "authentication.credentials", MAX_CREDENTIALS)
     elif credentials:
         raise ConfigRefused("authentication.credentials needs authentication.scheme", reason="invalid_field")
-    return ConfigInput(
+    item = ConfigInput(
         config_id=config_id or new_id("pnc"),
         url=url,
-        url_display=target.redacted,
+        url_display=url if keep_url else target.redacted,
         host=target.host,
-        token=_text(token, "token", MAX_TOKEN) if token else None,
+        token=None if keep_token else (_text(token, "token", MAX_TOKEN) if token else None),
         scheme=scheme,
-        credentials=credentials or None,
+        credentials=None if keep_credentials else (credentials or None),
         minted=minted,
+        keep_url=keep_url,
+        keep_token=keep_token,
+        keep_credentials=keep_credentials,
     )
+    if item.keeps and not config_id:
+        raise _nothing_to_keep()
+    return item
+
+
+def _nothing_to_keep() -> ConfigRefused:
+    return ConfigRefused(
+        f"'{PLACEHOLDER}' is the placeholder Get and List show in place of a secret; it can only be sent "
+        "back to keep the stored value of an existing config with the same id: send the real value",
+        reason="placeholder",
+    )
+
+
+def _check_kept(item: ConfigInput, stored: Any) -> None:
+    """A placeholder keeps the stored value only where there is one, and for the same target: the
+    URL must be the stored one as Get shows it, the credentials must stay with their scheme."""
+    if item.keep_url and item.url != stored.url_display:
+        raise ConfigRefused(
+            f"url ends in the '{REDACTED_QUERY}' placeholder but is not this config's stored URL: send the full URL",
+            reason="placeholder",
+        )
+    if item.keep_token and stored.token_enc is None:
+        raise _nothing_to_keep()
+    same_scheme = (stored.auth_scheme or "").lower() == (item.scheme or "").lower()
+    if item.keep_credentials and (stored.credentials_enc is None or not same_scheme):
+        raise ConfigRefused(
+            f"authentication.credentials is the '{PLACEHOLDER}' placeholder but this config holds no "
+            "credentials for that scheme: send the real credentials",
+            reason="placeholder",
+        )
 
 
 def _aad(row_id: str, field: str) -> str:
@@ -171,22 +224,27 @@ class ConfigStore:
         self.db, self.envelope, self.clock = db, envelope, clock
 
     def _sealed(self, row_id: str, item: ConfigInput) -> dict[str, Any]:
+        """The columns to write; a field kept by its placeholder is left out (its sealed value stays,
+        bound to the same row id)."""
+
         def seal(value: str | None, field: str) -> bytes | None:
             return None if value is None else self.envelope.seal(value, _aad(row_id, field))
 
-        return {
-            "url_enc": seal(item.url, "url"),
-            "url_display": item.url_display,
-            "host": item.host,
-            "token_enc": seal(item.token, "token"),
-            "auth_scheme": item.scheme,
-            "credentials_enc": seal(item.credentials, "credentials"),
-        }
+        values: dict[str, Any] = {"auth_scheme": item.scheme}
+        if not item.keep_url:
+            values.update(url_enc=seal(item.url, "url"), url_display=item.url_display, host=item.host)
+        if not item.keep_token:
+            values["token_enc"] = seal(item.token, "token")
+        if not item.keep_credentials:
+            values["credentials_enc"] = seal(item.credentials, "credentials")
+        return values
 
     async def insert_in(
         self, conn: AsyncConnection, owner_endpoint_id: str, task_id: str, item: ConfigInput
     ) -> None:
         """Insert inside a caller's transaction (the inline config of SendMessage)."""
+        if item.keeps:
+            raise _nothing_to_keep()
         row_id = new_id("pc")
         now = ms(self.clock.now())
         await conn.execute(
@@ -211,10 +269,13 @@ class ConfigStore:
                 return None
             existing = (
                 await conn.execute(
-                    select(cfg.c.id).where(cfg.c.task_id == task_id, cfg.c.config_id == item.config_id)
+                    select(
+                        cfg.c.id, cfg.c.url_display, cfg.c.token_enc, cfg.c.auth_scheme, cfg.c.credentials_enc
+                    ).where(cfg.c.task_id == task_id, cfg.c.config_id == item.config_id)
                 )
             ).first()
             if existing is not None:
+                _check_kept(item, existing)
                 await conn.execute(
                     update(cfg)
                     .where(cfg.c.id == existing.id)

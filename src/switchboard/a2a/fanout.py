@@ -10,6 +10,10 @@ nothing (decision 3):
 * one outbox row per push config, carrying the exact body that will be sent.
 
 The post-commit stage only wakes the delivery workers (component.py).
+
+Outbox rows are written on **every** instance, whether or not it delivers (``SWITCHBOARD_A2A_PUSH_ENABLED``):
+a config exists only because some instance accepted it, and in a mixed cluster the instance that
+handles a task's claim or ack may not be one that delivers. Delivery runs wherever push is enabled.
 """
 
 from __future__ import annotations
@@ -26,9 +30,8 @@ from switchboard.store.transitions import Transition
 
 
 class Fanout:
-    def __init__(self, configs: ConfigStore, *, push_enabled: bool) -> None:
+    def __init__(self, configs: ConfigStore) -> None:
         self.configs = configs
-        self.push_enabled = push_enabled
 
     async def __call__(self, conn: AsyncConnection, transitions: Sequence[Transition]) -> None:
         for t in transitions:
@@ -47,7 +50,7 @@ class Fanout:
         bumped = await tasks.next_seq(
             conn, t.todo_id, terminal=t.transition in TERMINAL_TRANSITIONS, now_ms=now_ms
         )
-        if bumped is None or not self.push_enabled:
+        if bumped is None:
             return
         targets = await self.configs.targets_in(conn, t.todo_id)
         if not targets:

@@ -1,7 +1,12 @@
 """The HTTP front of the A2A endpoint: everything decided before the SDK's JSON-RPC dispatcher runs.
 
 In order: body size (413), bearer credential (401), per-endpoint rate (429), the verb grant of the
-method (403), then the SDK's own route. Refusals use HTTP statuses with RFC 6750 bodies, like the MCP
+method (403), the protocol version (JSON-RPC -32009), then the SDK's own route.
+
+The version is the ``A2A-Version`` header or, without one, the ``A2A-Version`` query parameter (A2A
+§3.6; the SDK reads only the header, so the parameter is copied into the request's headers); empty
+means 0.3. Served: 1.x with the v1.0 method names, 0.3 with the v0.3 names. Anything else is
+VersionNotSupportedError (-32009), for either set of names. Refusals use HTTP statuses with RFC 6750 bodies, like the MCP
 surface, because they are about the caller, not about a task. The caller's endpoint, read fresh from
 the database, travels to the request handler in the ASGI scope (:class:`EndpointContextBuilder`).
 """
@@ -9,8 +14,9 @@ the database, travels to the request handler in the ASGI scope (:class:`Endpoint
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
 from a2a.auth.user import User
 from a2a.server.context import ServerCallContext
@@ -31,6 +37,21 @@ log = get_logger("switchboard.a2a")
 
 SCOPE_KEY = "switchboard.endpoint"
 REALM = 'Bearer realm="switchboard"'
+VERSION_HEADER: Final = "a2a-version"
+VERSION_PARAM: Final = "A2A-Version"
+VERSION_NOT_SUPPORTED: Final = -32009
+_VERSION = re.compile(r"(\d{1,4})\.(\d{1,4})(?:\.\d{1,4})?")
+
+
+def served_version(version: str, method: str) -> bool:
+    """Is this (version, method) pair served? Empty is 0.3 (A2A §3.6)."""
+    match = _VERSION.fullmatch(version.strip() or "0.3")
+    if match is None:
+        return False
+    major, minor = int(match.group(1)), int(match.group(2))
+    if "/" in method:  # a v0.3 method name
+        return (major, minor) == (0, 3)
+    return major == 1 or (major, minor) == (0, 3)  # v1 names with 0.3: the SDK answers -32009
 
 
 class EndpointUser(User):
@@ -74,19 +95,33 @@ def _refuse(status: int, error: str, description: str, *, headers: dict[str, str
 
 
 def _sanitize(response: Response) -> Response:
-    """The v0.3 adapter answers a params validation failure with pydantic's text as ``error.data``,
-    which quotes the rejected value (it can be a token). Keep the code and message, drop the data."""
+    """Two repairs of the SDK's v0.3 adapter answers:
+
+    * a params validation failure carries pydantic's text as ``error.data``, which quotes the rejected
+      value (it can be a token): keep the code and message, drop the data;
+    * a ``null`` result (``tasks/pushNotificationConfig/delete``) is dropped by its ``exclude_none``,
+      leaving a response with neither ``result`` nor ``error``: JSON-RPC 2.0 (and the v0.3 spec) want
+      ``"result": null``."""
     if not isinstance(response, JSONResponse):
         return response
     try:
         body = json.loads(bytes(response.body))
     except ValueError:
         return response
-    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(body, dict):
+        return response
+    error = body.get("error")
     if isinstance(error, dict) and isinstance(error.get("data"), str):
         error["data"] = "the request parameters failed validation"
         return JSONResponse(body, response.status_code)
+    if body.get("jsonrpc") == "2.0" and "result" not in body and "error" not in body:
+        body["result"] = None
+        return JSONResponse(body, response.status_code)
     return response
+
+
+def _rpc_error(request_id: Any, code: int, message: str) -> Response:
+    return JSONResponse({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
 
 
 class Gate:
@@ -140,6 +175,22 @@ class Gate:
                 f"the verb {missing[0]!r} is not granted to this endpoint",
                 headers={"WWW-Authenticate": f'{REALM}, error="insufficient_scope", scope="{missing[0]}"'},
             )
+        version = request.headers.get(VERSION_HEADER)
+        if version is None:
+            version = request.query_params.get(VERSION_PARAM) or request.query_params.get(VERSION_HEADER)
+            if version is not None:  # the SDK reads only the header
+                request.scope["headers"] = [
+                    *request.scope["headers"],
+                    (VERSION_HEADER.encode(), version.encode("latin-1", "replace")),
+                ]
+        if method and not served_version(version or "", method):
+            self._count(method, "version_not_supported")
+            return _rpc_error(
+                _request_id(body),
+                VERSION_NOT_SUPPORTED,
+                "this A2A version is not supported for this method: send A2A-Version 1.0 with the v1.0 "
+                "method names, or 0.3 (or none) with the v0.3 names",
+            )
         request.scope[SCOPE_KEY] = endpoint
         replay = _replay(body, request.receive)
         return _sanitize(await self.dispatch(Request(request.scope, replay)))
@@ -154,6 +205,15 @@ def _peek(body: bytes) -> tuple[str, Any]:
     if not isinstance(data, dict) or not isinstance(data.get("method"), str):
         return "", None
     return data["method"], data.get("params")
+
+
+def _request_id(body: bytes) -> Any:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    request_id = data.get("id") if isinstance(data, dict) else None
+    return request_id if isinstance(request_id, (str, int)) else None
 
 
 def _replay(body: bytes, then: Callable[[], Awaitable[Message]]) -> Callable[[], Awaitable[Message]]:

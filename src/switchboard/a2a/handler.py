@@ -11,6 +11,7 @@ any other id, another endpoint's included, is answered exactly like an unknown o
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
@@ -64,6 +65,7 @@ from switchboard.a2a.views import (
     state_name,
     task_view,
 )
+from switchboard.a2a.waiter import TaskWaiter
 from switchboard.ids import looks_like, new_id
 from switchboard.obs.logs import get_logger
 from switchboard.push import Validator
@@ -136,6 +138,8 @@ class Handler(RequestHandler):
         self.tasks, self.configs, self.validator = tasks, configs, validator
         self.push_enabled = push_enabled
         self.ceiling = ceiling
+        self.waiter: TaskWaiter | None = None  # set by the component
+        self.send_wait = 0.0  # SWITCHBOARD_A2A_SEND_WAIT_SECONDS
 
     def _count(self, method: str, code: str) -> None:
         from switchboard.a2a.auth import METHOD_VERBS
@@ -191,6 +195,12 @@ class Handler(RequestHandler):
         with sending(intent):
             created = await self.services.todos.create([todo])
         record = await self._own(endpoint, created.created[0])
+        if not params.configuration.return_immediately and self.waiter is not None and self.send_wait > 0:
+            # v1.0: wait until the task is terminal or interrupted, at most send_wait (waiter.py). The
+            # task exists now: a database outage while waiting answers with it as created, never with
+            # an error that would make the caller send it again.
+            with contextlib.suppress(StoreUnavailable):
+                record = await self.waiter.wait(endpoint.id, record.id, self.send_wait) or record
         return task_view(
             record,
             history=_history(
@@ -233,9 +243,15 @@ class Handler(RequestHandler):
             raise errors.push_not_supported()
         if self.ceiling < 1:
             raise errors.ceiling_exceeded(self.ceiling)
-        return await _parse(
+        item = await _parse(
             self.validator, params.configuration.task_push_notification_config, allow_mint=False
         )
+        if item.keeps:
+            raise errors.invalid(
+                "an inline config cannot carry the '[redacted]' placeholder: there is no stored config "
+                "to keep a value of; send the real value"
+            )
+        return item
 
     @surface
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
@@ -355,8 +371,24 @@ class Handler(RequestHandler):
         self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
     ) -> ListTaskPushNotificationConfigsResponse:
         endpoint = await self._config_task(context, params.task_id)
+        if params.page_size < 0 or params.page_size > MAX_PAGE:
+            raise errors.invalid(f"pageSize must be between 1 and {MAX_PAGE} (0 or unset: all)")
         views = await self.configs.list_for_task(endpoint.id, params.task_id)
-        return ListTaskPushNotificationConfigsResponse(configs=[config_view(v) for v in views])
+        start = 0
+        if params.page_token:
+            ids = [v.config_id for v in views]
+            if params.page_token not in ids:
+                raise errors.invalid(
+                    "pageToken must be a nextPageToken from a previous ListTaskPushNotificationConfigs"
+                )
+            start = ids.index(params.page_token) + 1
+        size = params.page_size or len(views)
+        page = views[start : start + size]
+        more = start + size < len(views)
+        return ListTaskPushNotificationConfigsResponse(
+            configs=[config_view(v) for v in page],
+            next_page_token=page[-1].config_id if more and page else "",
+        )
 
     @surface
     async def on_delete_task_push_notification_config(

@@ -6,8 +6,11 @@ Row life: ``pending`` (``due_at`` = when it may next be claimed) -> ``delivered`
   PostgreSQL (SQLite serialises writers with ``BEGIN IMMEDIATE``), so several instances share the outbox
   and each row is claimed once. A claim pushes ``due_at`` one lease into the future and stamps a
   ``claim_token``: if the instance dies mid-attempt the row simply comes due again (at-least-once).
-* **Order**: a row is claimable only when no earlier-sequence row of the same config is still
-  pending, so one receiver sees a task's transitions in sequence order.
+* **Order, bounded**: a row waits while an earlier-sequence row of the same config (configs belong to
+  one task) is still pending, so one receiver sees a task's transitions in sequence order; but it waits
+  at most ``order_wait_ms`` from its own creation. A delivery being retried for hours then holds the
+  later events of its task back for that long only, and they overtake it (receivers keep the highest
+  sequence, docs/a2a.md).
 * Every finishing statement is conditional on the claim token: a claim that outlived its lease cannot
   overwrite the row another instance has since claimed.
 """
@@ -18,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Row, and_, delete, exists, func, insert, select, update
+from sqlalchemy import Row, and_, delete, exists, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.orm import aliased
 
@@ -41,6 +44,7 @@ class Claimed:
     host: str
     attempts: int  # attempts made before this one
     claim_token: str
+    last_error: str | None = None  # the reason the previous attempt failed
 
     @classmethod
     def from_row(cls, row: Row[Any], token: str) -> Claimed:
@@ -54,6 +58,7 @@ class Claimed:
             row.host,
             int(row.attempts),
             token,
+            row.last_error,
         )
 
 
@@ -100,7 +105,13 @@ class OutboxStore:
         self.db = db
 
     async def claim(
-        self, *, now_ms: int, lease_ms: int, limit: int, exclude_hosts: Sequence[str] = ()
+        self,
+        *,
+        now_ms: int,
+        lease_ms: int,
+        limit: int,
+        exclude_hosts: Sequence[str] = (),
+        order_wait_ms: int | None = None,
     ) -> list[Claimed]:
         if limit <= 0:
             return []
@@ -113,7 +124,10 @@ class OutboxStore:
             )
         )
         due = and_(box.c.status == "pending", box.c.due_at <= now_ms)
-        pick = select(box.c.id).where(due, ~blocked)
+        in_order = (
+            ~blocked if order_wait_ms is None else or_(~blocked, box.c.created_at <= now_ms - order_wait_ms)
+        )
+        pick = select(box.c.id).where(due, in_order)
         if exclude_hosts:
             pick = pick.where(box.c.host.not_in(list(exclude_hosts)))
         pick = pick.order_by(box.c.due_at, box.c.id).limit(limit).with_for_update(skip_locked=True)
@@ -131,6 +145,7 @@ class OutboxStore:
                 box.c.body,
                 box.c.host,
                 box.c.attempts,
+                box.c.last_error,
             )
         )
         async with self.db.begin() as conn:

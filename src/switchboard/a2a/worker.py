@@ -4,10 +4,18 @@ Why it is shaped like this:
 
 * It runs beside request handling, never inside it: a transition only writes outbox rows, and the
   post-commit hook merely wakes this loop.
-* Every attempt is its own task, at most ``workers`` at a time and ``host_inflight`` per host, so a
-  receiver that takes its full 5 s holds one slot and no one else waits on it.
-* A host over its rate is left out of the claim (its rows wait in the outbox, never dropped); a row
-  claimed just as its host ran dry is given back uncounted.
+* Every attempt is its own task, at most ``workers`` at a time and ``host_inflight`` per pinned IP, so
+  a receiver that takes its full timeout holds one slot and no one else waits on it.
+* Rate and in-flight limits are keyed by the addresses the SSRF guard validated for the attempt, not by
+  the host name (limits.py). A host over its rate is left out of the claim (its rows wait in the outbox,
+  never dropped); a row claimed just as its address ran dry is given back uncounted.
+* Timeouts: an attempt has ``timeout`` (5 s). One that timed out *after the whole request was sent*,
+  while awaiting the response, probably reached a receiver that is merely slow: it is retried like any
+  timeout (at-least-once), but that delivery's next attempt, and every attempt to that config on this
+  instance for the next hour, waits ``slow_timeout`` (30 s). A receiver that takes 7 s therefore gets
+  a delivery at most twice, not once per attempt up to the cap.
+* TLS failures (certificate or handshake) are retried up to the cap like network errors: a certificate
+  can be mid-renewal, or one load-balancer node bad.
 * Retries follow ADR-0007's shape: base x 2^(attempt-1), capped, up to an attempt cap. Each is a
   ``due_at`` in the database, so a restart resumes them. Nothing sleeps.
 * The clock is injected and :meth:`poll_once` / :meth:`drain` exist, so tests drive 30 s backoffs
@@ -28,7 +36,16 @@ from switchboard.clock import Clock, ms
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
 from switchboard.priority import InboundPriority
-from switchboard.push import PushError, RetryableStatus, Sender, StatusError, standard_headers
+from switchboard.push import (
+    AttemptTimeout,
+    PushError,
+    RetryableStatus,
+    Sender,
+    StatusError,
+    TLSFailure,
+    Validator,
+    standard_headers,
+)
 
 log = get_logger("switchboard.a2a.push")
 
@@ -36,6 +53,8 @@ A2A_VERSION = "1.0"
 SEQUENCE_HEADER = "x-switchboard-sequence"
 TASK_HEADER = "x-switchboard-task-id"
 TOKEN_HEADER = "x-a2a-notification-token"
+RESPONSE_TIMEOUT = "response_timeout"  # outbox last_error: timed out awaiting the response
+SLOW_MEMORY_SECONDS = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,17 +67,30 @@ class Policy:
     retry_cap: float = 3600.0
     poll_seconds: float = 2.0
     retention_seconds: float = 24 * 3600.0
-    lease_seconds: float = 60.0  # > the Sender's 5 s timeout: a live claim never expires mid-attempt
+    lease_seconds: float = 60.0  # > the slow timeout + a lookup: a live claim never expires mid-attempt
     cleanup_seconds: float = 300.0
     drain_timeout: float = 6.0
+    timeout: float = 5.0
+    slow_timeout: float = 30.0
+    order_wait_seconds: float = 60.0
 
     def delay(self, attempt: int) -> float:
         """Seconds before the next attempt, after ``attempt`` attempts failed."""
         return float(min(self.retry_cap, self.retry_base * 2 ** max(0, attempt - 1)))
 
 
+def retryable(err: PushError) -> bool:
+    """A2A's own retry decision: the shared classification, plus every TLS failure (docs/a2a.md)."""
+    return err.retryable or isinstance(err, TLSFailure)
+
+
 def headers_for(config: SendableConfig, item: Claimed, now: float) -> dict[str, str]:
-    """The headers of one attempt (docs/a2a.md, "What a receiver gets")."""
+    """The headers of one attempt (docs/a2a.md, "Receiver guide").
+
+    ``Authorization`` carries the config's ``authentication`` when it is an HTTP scheme; otherwise (no
+    ``authentication``, or ``StandardWebhooks`` signing) it carries the ``token`` as a Bearer
+    credential, which is where A2A v1.0 puts it (A2A PR #1793). The token is also sent as
+    ``X-A2A-Notification-Token``, the header a2a-sdk's sender uses and SDK-built receivers check."""
     headers = {
         "content-type": "application/json",
         "a2a-version": A2A_VERSION,
@@ -71,6 +103,8 @@ def headers_for(config: SendableConfig, item: Claimed, now: float) -> dict[str, 
         headers.update(standard_headers([config.credentials], item.msg_id, int(now), item.body))
     elif config.scheme and config.credentials:
         headers["authorization"] = f"{config.scheme} {config.credentials}"
+    if config.token and "authorization" not in headers:
+        headers["authorization"] = f"Bearer {config.token}"
     return headers
 
 
@@ -82,12 +116,17 @@ class DeliveryWorker:
         configs: ConfigStore,
         sender: Sender,
         limits: HostLimits,
+        validator: Validator | None = None,
+        slow_sender: Sender | None = None,
         metrics: Metrics,
         clock: Clock,
         policy: Policy,
         priority: InboundPriority | None = None,
     ) -> None:
         self.outbox, self.configs, self.sender = outbox, configs, sender
+        self.validator = validator
+        self.slow_sender = slow_sender or sender
+        self._slow: dict[str, float] = {}  # config row id -> until (clock): it answers slowly
         self.priority = priority
         self.limits, self.metrics, self.clock, self.policy = limits, metrics, clock, policy
         self._inflight: set[asyncio.Task[None]] = set()
@@ -167,9 +206,10 @@ class DeliveryWorker:
                 lease_ms=ms(self.policy.lease_seconds),
                 limit=free,
                 exclude_hosts=self.limits.blocked_hosts(),
+                order_wait_ms=ms(self.policy.order_wait_seconds),
             )
             for item in claimed:
-                if self.limits.at_inflight_cap(item.host):
+                if self.limits.host_blocked(item.host):
                     # One claim can take several rows of one host: past its cap, give them back.
                     await self.outbox.release(item, due_ms=ms(self.clock.now()))
                 else:
@@ -214,13 +254,11 @@ class DeliveryWorker:
     # -- attempts ----------------------------------------------------------------------------------
 
     def _launch(self, item: Claimed) -> None:
-        self.limits.started(item.host)
         task = asyncio.create_task(self._deliver(item), name=f"a2a-push-{item.id}")
         self._inflight.add(task)
 
         def done(t: asyncio.Task[None]) -> None:
             self._inflight.discard(t)
-            self.limits.finished(item.host)
             self._wake.set()
 
         task.add_done_callback(done)
@@ -244,24 +282,55 @@ class DeliveryWorker:
                 exc_info=True,
             )
 
+    def _is_slow(self, item: Claimed) -> bool:
+        if item.last_error == RESPONSE_TIMEOUT:
+            return True
+        until = self._slow.get(item.config_id)
+        if until is not None and until <= self.clock.now():
+            del self._slow[item.config_id]
+            return False
+        return until is not None
+
+    def _mark_slow(self, item: Claimed) -> None:
+        self._slow[item.config_id] = self.clock.now() + SLOW_MEMORY_SECONDS
+        if len(self._slow) > 10_000:
+            self._slow.pop(next(iter(self._slow)))
+
     async def _attempt(self, item: Claimed) -> None:
         config = await self.configs.sendable(item.config_id)
         if config is None:
             return  # deleted since: its outbox rows went with it, and no attempt may start
-        wait = self.limits.take(item.host)
+        attempt = item.attempts + 1
+        ips: tuple[str, ...] = (item.host,)
+        if self.validator is not None:
+            # The addresses this attempt may dial key its limits. The Sender validates again (the
+            # guard runs right before the dial); a refusal or a lookup failure here is the attempt's.
+            try:
+                ips = (await self.validator.check_attempt(config.url)).ips
+            except PushError as err:
+                await self._failed(item, attempt, err)
+                return
+            self.limits.learn(item.host, ips)
+        if self.limits.at_inflight_cap(ips):
+            await self.outbox.release(item, due_ms=ms(self.clock.now()))
+            return
+        wait = self.limits.take(ips)
         if wait > 0:
             self.metrics.a2a_push_deferred.inc()
             await self.outbox.release(item, due_ms=ms(self.clock.now() + wait))
             return
-        attempt = item.attempts + 1
+        sender = self.slow_sender if self._is_slow(item) else self.sender
         started = time.monotonic()
+        self.limits.started(ips)
         try:
-            result = await self.sender.send(
+            result = await sender.send(
                 config.url, body=item.body, headers=headers_for(config, item, self.clock.now())
             )
         except PushError as err:
             await self._failed(item, attempt, err)
             return
+        finally:
+            self.limits.finished(ips)
         self.metrics.a2a_push_attempts.labels("2xx").inc()
         self.metrics.a2a_push_deliveries.labels("delivered").inc()
         self._log(item, attempt, "2xx", status=result.status, duration=time.monotonic() - started)
@@ -271,17 +340,23 @@ class DeliveryWorker:
         status = err.status if isinstance(err, StatusError) else None
         self.metrics.a2a_push_attempts.labels(err.result).inc()
         now = self.clock.now()
-        if err.retryable and attempt < self.policy.max_attempts:
+        error = err.reason[:40]
+        if isinstance(err, AttemptTimeout) and err.stage == "response":
+            # The request was sent whole; the receiver is slow, not unreachable (module docstring).
+            error = RESPONSE_TIMEOUT
+            self._mark_slow(item)
+        again = retryable(err)
+        if again and attempt < self.policy.max_attempts:
             delay = self.policy.delay(attempt)
             if isinstance(err, RetryableStatus) and err.retry_after is not None:
                 delay = min(self.policy.retry_cap, max(delay, err.retry_after))
             self._log(item, attempt, err.result, status=status, err=err, retry_in=delay)
-            await self.outbox.retry(item, status=status, error=err.reason[:40], due_ms=ms(now + delay))
+            await self.outbox.retry(item, status=status, error=error, due_ms=ms(now + delay))
             return
-        outcome = "exhausted" if err.retryable else "failed"
+        outcome = "exhausted" if again else "failed"
         self.metrics.a2a_push_deliveries.labels(outcome).inc()
         self._log(item, attempt, err.result, status=status, err=err, outcome=outcome)
-        await self.outbox.failed(item, status=status, error=err.reason[:40], now_ms=ms(now))
+        await self.outbox.failed(item, status=status, error=error, now_ms=ms(now))
 
     def _log(
         self,

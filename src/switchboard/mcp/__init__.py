@@ -1,4 +1,4 @@
-"""The MCP surface (streamable HTTP at ``/mcp``): verbs, grants, and the channel doorbell.
+"""The MCP surface (streamable HTTP at ``/mcp``): verbs, grants, queue resources and the doorbell.
 
 Modules that add verbs import from :mod:`switchboard.mcp.tools`; ``app.py`` uses :func:`build_mcp`.
 """

@@ -16,6 +16,7 @@ from mcp_types import ToolAnnotations
 from pydantic import Field
 
 from switchboard.ids import looks_like
+from switchboard.mcp.schemas import AnyJson, MaybeTodoResult, TodoPage, TodoResult
 from switchboard.mcp.tools import (
     ToolContext,
     VerbError,
@@ -57,7 +58,7 @@ def register_consumer_verbs(server: MCPServer[Any], tc: ToolContext) -> None:
             ),
         ] = None,
         lease_seconds: Lease = None,
-    ) -> dict[str, Any]:
+    ) -> MaybeTodoResult:
         """Claim the oldest pending todo on your queues. Returns {"todo": {...}} with its payload, or
         {"todo": null} when nothing is pending. Errors: invalid_argument (queue outside your scope)."""
         endpoint = current_endpoint()
@@ -66,7 +67,7 @@ def register_consumer_verbs(server: MCPServer[Any], tc: ToolContext) -> None:
         claims.labels("claimed" if row is not None else "empty").inc()
         return {"todo": todo_view(row) if row is not None else None}
 
-    async def claim(todo_id: TodoId, lease_seconds: Lease = None) -> dict[str, Any]:
+    async def claim(todo_id: TodoId, lease_seconds: Lease = None) -> TodoResult:
         """Claim one specific pending todo. Errors: not_found, conflict (not pending), forbidden (its
         queue left your scope)."""
         endpoint = current_endpoint()
@@ -86,7 +87,7 @@ def register_consumer_verbs(server: MCPServer[Any], tc: ToolContext) -> None:
         claims.labels("claimed").inc()
         return {"todo": todo_view(row)}
 
-    async def heartbeat(todo_id: TodoId, lease_seconds: Lease = None) -> dict[str, Any]:
+    async def heartbeat(todo_id: TodoId, lease_seconds: Lease = None) -> TodoResult:
         """Extend the lease on a todo you hold. Errors: not_found, conflict (not claimed)."""
         endpoint = current_endpoint()
         if not looks_like("td", todo_id):
@@ -98,8 +99,8 @@ def register_consumer_verbs(server: MCPServer[Any], tc: ToolContext) -> None:
 
     async def ack(
         todo_id: TodoId,
-        result: Annotated[Any, Field(description="Any JSON value, at most 64 KiB serialized.")] = None,
-    ) -> dict[str, Any]:
+        result: Annotated[AnyJson, Field(description="Any JSON value, at most 64 KiB serialized.")] = None,
+    ) -> TodoResult:
         """Mark a todo you hold as done, with an optional JSON result. Errors: not_found, conflict (not
         claimed), invalid_argument (result over 64 KiB)."""
         endpoint = current_endpoint()
@@ -116,7 +117,7 @@ def register_consumer_verbs(server: MCPServer[Any], tc: ToolContext) -> None:
         todo_id: TodoId,
         error: Annotated[str, Field(min_length=1, max_length=2000, description="What went wrong.")],
         retry: Annotated[bool, Field(description="False: give up now (dead).")] = True,
-    ) -> dict[str, Any]:
+    ) -> TodoResult:
         """Give a todo you hold back. With retry it becomes failed with a retry_at (backoff) and returns
         to pending then; after the last attempt, or with retry=false, it is dead. Errors: not_found,
         conflict (not claimed)."""
@@ -135,7 +136,7 @@ def register_consumer_verbs(server: MCPServer[Any], tc: ToolContext) -> None:
         before: Annotated[
             str | None, Field(max_length=64, description="Page: todos older than this id.")
         ] = None,
-    ) -> dict[str, Any]:
+    ) -> TodoPage:
         """Your todos, newest first, without payloads (claim one to get it). Page with
         before=<next_before>. Errors: invalid_argument."""
         endpoint = current_endpoint()
@@ -153,9 +154,24 @@ def register_consumer_verbs(server: MCPServer[Any], tc: ToolContext) -> None:
             "next_before": rows[-1].id if len(rows) == limit else None,
         }
 
-    tc.add_tool(claim_next, name="claim_next")
-    tc.add_tool(claim, name="claim")
-    tc.add_tool(heartbeat, name="heartbeat", annotations=ToolAnnotations(idempotent_hint=True))
-    tc.add_tool(ack, name="ack")
-    tc.add_tool(fail, name="fail")
-    tc.add_tool(list_todos, name="list_todos", annotations=ToolAnnotations(read_only_hint=True))
+    # Hints for hosts (spec defaults are the pessimistic ones, so every hint is explicit). Nothing here
+    # reaches outside Switchboard; fail may kill a todo for good (retry=false, or the last attempt).
+    def hints(*, destructive: bool = False, idempotent: bool = False) -> ToolAnnotations:
+        return ToolAnnotations(
+            read_only_hint=False,
+            destructive_hint=destructive,
+            idempotent_hint=idempotent,
+            open_world_hint=False,
+        )
+
+    tc.add_tool(claim_next, name="claim_next", title="Claim the next todo", annotations=hints())
+    tc.add_tool(claim, name="claim", title="Claim a todo", annotations=hints())
+    tc.add_tool(heartbeat, name="heartbeat", title="Extend a lease", annotations=hints(idempotent=True))
+    tc.add_tool(ack, name="ack", title="Finish a todo", annotations=hints())
+    tc.add_tool(fail, name="fail", title="Give a todo back", annotations=hints(destructive=True))
+    tc.add_tool(
+        list_todos,
+        name="list_todos",
+        title="List your todos",
+        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
+    )

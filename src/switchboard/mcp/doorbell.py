@@ -4,12 +4,14 @@ A ring is ``notifications/resources/updated`` for ``switchboard://endpoints/<slu
 doorbell (ADR-0013): the todo stays pending and claimable whether or not anyone hears it, so every send
 is best-effort and nothing here retries.
 
-Two protocol eras, two paths:
+Two protocol eras, three paths (docs/mcp.md, "Which host uses which path"):
 
 * modern (2026-07-28) clients listen with ``subscriptions/listen``; we publish ``ResourceUpdated`` on the
-  ``SubscriptionBus`` this surface owns. The SDK's listen stream carries the URI only.
-* legacy (handshake) clients get the notification on their GET stream through the captured
-  ``ServerSession``, with ``_meta["switchboard/doorbell"]`` saying why (see docs/mcp.md).
+  ``SubscriptionBus`` this surface owns, for the endpoint-wide URI and each touched queue's URI. The
+  SDK's listen stream carries the URI only.
+* legacy (handshake) sessions that used ``resources/subscribe`` (resources.py) get one notification per
+  subscribed URI the ring touches, on their GET stream, with ``_meta["switchboard/doorbell"]``;
+* legacy sessions that never subscribed get the endpoint-wide URI, the channel as it always was.
 
 What rings: a push-eligible transition into pending (``Transition.pushable``) for an endpoint that is
 ``in`` and holds the queue in its scope; a digest when the endpoint comes back ``in`` (decided once by
@@ -24,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator
 from typing import Any
 
 from mcp.server.subscriptions import ResourceUpdated, SubscriptionBus
@@ -47,7 +49,34 @@ PING_TIMEOUT = 10.0
 
 
 def doorbell_uri(slug: str) -> str:
+    """The endpoint-wide resource: every queue in its scope. The legacy channel rings this URI."""
     return f"switchboard://endpoints/{slug}/todos"
+
+
+def queue_uri(slug: str, queue: str) -> str:
+    """One queue's resource. Queue names are ``[a-z0-9._-]``, safe in a URI path as they are."""
+    return f"switchboard://endpoints/{slug}/queues/{queue}"
+
+
+def queue_template(slug: str) -> str:
+    """RFC 6570 template for :func:`queue_uri` (``resources/templates/list``)."""
+    return f"switchboard://endpoints/{slug}/queues/{{queue}}"
+
+
+def resolve(endpoint: Endpoint, uri: str) -> tuple[str, ...] | None:
+    """The scope queues a resource URI of this endpoint stands for, or None: not one of its resources
+    (another endpoint's, a queue outside its scope, or no such URI)."""
+    if uri == doorbell_uri(endpoint.slug):
+        return endpoint.queues
+    prefix = queue_uri(endpoint.slug, "")
+    if uri.startswith(prefix) and uri[len(prefix) :] in endpoint.queues:
+        return (uri[len(prefix) :],)
+    return None
+
+
+def touched_uris(slug: str, queues: Iterable[str]) -> list[str]:
+    """The resources a ring on ``queues`` updates: the endpoint-wide one and each queue's."""
+    return [doorbell_uri(slug), *(queue_uri(slug, q) for q in queues)]
 
 
 class Doorbell:
@@ -92,7 +121,8 @@ class Doorbell:
         await self.ring(
             endpoint,
             "ready",
-            {
+            queues=[t.queue],
+            meta={
                 "type": "todo.ready",
                 "reason": t.reason or t.transition,
                 "todo_id": t.todo_id,
@@ -137,30 +167,48 @@ class Doorbell:
             "queues": queues,
             "oldest_pending_seconds": age,
         }
-        return await self.ring(endpoint, kind, meta, only_sid=only_sid)
+        return await self.ring(endpoint, kind, queues=queues, meta=meta, only_sid=only_sid)
 
     async def ring(
-        self, endpoint: Endpoint, kind: str, meta: dict[str, Any], *, only_sid: str | None = None
+        self,
+        endpoint: Endpoint,
+        kind: str,
+        *,
+        queues: Iterable[str],
+        meta: dict[str, Any],
+        only_sid: str | None = None,
     ) -> bool:
-        """Notify the endpoint's sessions in both eras (or one legacy session). True if any was reached."""
-        uri = doorbell_uri(endpoint.slug)
+        """Notify the endpoint's sessions in both eras (or one legacy session). True if any was reached.
+
+        The ring updates the endpoint-wide URI and the URI of each queue in ``queues``. Modern listeners
+        get every one of those on the bus (the SDK delivers only what a stream listens to). A legacy
+        session that never called ``resources/subscribe`` gets the endpoint-wide URI (the channel as it
+        always was); one that did gets exactly the touched URIs it is subscribed to.
+        """
+        uris = touched_uris(endpoint.slug, queues)
         reached = 0
         if only_sid is None and self._listeners[endpoint.id] > 0:
-            await self.bus.publish(ResourceUpdated(uri=uri))
+            for uri in uris:
+                await self.bus.publish(ResourceUpdated(uri=uri))
             reached += 1
-        note = ResourceUpdatedNotification(
-            params=ResourceUpdatedNotificationParams(uri=uri, _meta={META_KEY: meta})
-        )
         for sid, session in self.sessions.of(endpoint.id):
             if only_sid is not None and sid != only_sid:
                 continue
-            try:
-                async with asyncio.timeout(SEND_TIMEOUT):
-                    await session.send_notification(note)
-            except TimeoutError:
-                log.warning("doorbell send timed out", endpoint_id=endpoint.id, kind=kind)
-                continue
-            reached += 1
+            wanted = self.sessions.subscriptions(sid)
+            targets = [uris[0]] if wanted is None else [u for u in uris if u in wanted]
+            sent = False
+            for uri in targets:
+                note = ResourceUpdatedNotification(
+                    params=ResourceUpdatedNotificationParams(uri=uri, _meta={META_KEY: meta})
+                )
+                try:
+                    async with asyncio.timeout(SEND_TIMEOUT):
+                        await session.send_notification(note)
+                except TimeoutError:
+                    log.warning("doorbell send timed out", endpoint_id=endpoint.id, kind=kind)
+                    break
+                sent = True
+            reached += sent
         if reached:
             self.services.metrics.doorbells.labels(kind).inc()
         return reached > 0

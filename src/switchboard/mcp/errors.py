@@ -3,6 +3,11 @@
 A verb fails with a tool result the agent can read (``is_error=True``), never with a protocol error,
 because an agent can act on ``rate_limited`` or ``conflict`` while a JSON-RPC error usually aborts its
 turn. The ``code`` is the stable part (metrics label it, docs list it); ``message`` is for humans.
+
+The error object is the text of the one content block and ``_meta["switchboard/error"]``, not
+``structuredContent``: the spec ties ``structuredContent`` to the tool's ``outputSchema``, and the
+TypeScript SDK client (1.x) validates it against that schema even on an error, so an error object there
+would turn every refusal into a client-side exception (typescript-sdk issue #1943).
 """
 
 from __future__ import annotations
@@ -43,13 +48,16 @@ class VerbError(ToolError):
         self.message = message
 
 
+ERROR_META: Final = "switchboard/error"
+
+
 def error_result(code: ErrorCode, message: str) -> CallToolResult:
-    """The one shape every failed verb returns: ``{"code", "message"}`` as text and as structured data."""
+    """The one shape every failed verb returns: ``{"code", "message"}`` as the text and in ``_meta``."""
     body = {"code": code, "message": message}
     return CallToolResult(
         is_error=True,
         content=[TextContent(type="text", text=json.dumps(body))],
-        structured_content=body,
+        _meta={ERROR_META: body},
     )
 
 
@@ -59,7 +67,8 @@ def result_code(result: object) -> str:
         result = result.model_dump(by_alias=True)
     if not isinstance(result, dict) or not result.get("isError"):
         return "ok"
-    structured = result.get("structuredContent")
-    code = structured.get("code") if isinstance(structured, dict) else None
+    meta = result.get("_meta")
+    body = meta.get(ERROR_META) if isinstance(meta, dict) else None
+    code = body.get("code") if isinstance(body, dict) else None
     # Metrics labels stay bounded: a code outside the vocabulary is counted as "other".
     return code if isinstance(code, str) and code in CODES else "other"

@@ -4,7 +4,11 @@
   next call), refuse verbs outside the scope with ``forbidden``, bind the endpoint for the tool, and
   count the outcome. Refusals are tool results (``is_error``) so an agent can read them.
 * ``tools/list``: only the verbs the endpoint may call.
-* ``subscriptions/listen`` (modern era): an endpoint may listen to its own doorbell URI only.
+* ``subscriptions/listen`` (modern era): an endpoint may listen to its own resource URIs only (the
+  endpoint-wide doorbell URI and its scope queues' URIs).
+* ``initialize`` / ``server/discover``: declare only what this server has. ``MCPServer`` always
+  registers prompt handlers; Switchboard has no prompts, so the capability is dropped and
+  ``prompts/*`` answer method-not-found (-32601) like any method the server does not serve.
 * every authenticated legacy message: remember its session for the doorbell.
 
 The SDK runs server middleware before it validates params, so this code reads ``ctx.params`` raw.
@@ -12,18 +16,25 @@ The SDK runs server middleware before it validates params, so this code reads ``
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, INVALID_REQUEST, CallToolResult, SubscriptionsListenRequestParams
+from mcp_types import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    CallToolResult,
+    SubscriptionsListenRequestParams,
+)
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.requests import Request
 
 from switchboard.mcp.auth import caller_endpoint_id
-from switchboard.mcp.doorbell import Doorbell, doorbell_uri
+from switchboard.mcp.doorbell import Doorbell, doorbell_uri, resolve
 from switchboard.mcp.errors import UNAVAILABLE_MESSAGE, error_result, result_code
 from switchboard.mcp.sessions import SESSION_HEADER
 from switchboard.mcp.tools import ToolContext, acting_as
@@ -32,10 +43,30 @@ from switchboard.store.accounts import Endpoint
 from switchboard.store.errors import StoreUnavailable
 from switchboard.verbs import ALL_VERBS
 
+UNSERVED = frozenset({"prompts/list", "prompts/get"})
+
+
+def _honest(result: HandlerResult) -> HandlerResult:
+    """Drop the ``prompts`` capability the SDK derives from handlers ``MCPServer`` always installs, and
+    say ``listChanged: false``: Switchboard never sends list-changed notifications (a scope change shows
+    on the next ``tools/list`` or ``resources/list``), though on 2026-07-28 the SDK derives ``true``."""
+    if isinstance(result, dict):
+        capabilities = result.get("capabilities")
+        if isinstance(capabilities, dict):
+            capabilities.pop("prompts", None)
+            for name in ("tools", "resources"):
+                section = capabilities.get(name)
+                if isinstance(section, dict) and "listChanged" in section:
+                    section["listChanged"] = False
+    return result
+
 
 class Gate:
-    def __init__(self, tools: ToolContext, doorbell: Doorbell, limiter: RateLimiter) -> None:
+    def __init__(
+        self, tools: ToolContext, doorbell: Doorbell, limiter: RateLimiter, offered: Callable[[str], bool]
+    ) -> None:
         self.tools = tools
+        self.offered = offered
         self.services = tools.services
         self.doorbell = doorbell
         self.limiter = limiter
@@ -47,6 +78,10 @@ class Gate:
             return await self._list(ctx, call_next)
         if ctx.method == "subscriptions/listen":
             return await self._listen(ctx, call_next)
+        if ctx.method in UNSERVED:
+            raise MCPError(METHOD_NOT_FOUND, "Method not found", ctx.method)
+        if ctx.method in ("initialize", "server/discover"):
+            return _honest(await call_next(ctx))
         endpoint_id = caller_endpoint_id()
         if endpoint_id is not None:
             self._capture(ctx, endpoint_id)
@@ -61,6 +96,9 @@ class Gate:
             return await call_next(ctx)  # malformed request: the SDK answers invalid params
         label = name if name in ALL_VERBS or name in self.tools.ungated else "unknown"
         verdict = await self._admit(name)
+        if verdict is None:
+            self._count("unknown", "protocol_error")
+            raise MCPError(INVALID_PARAMS, f"Unknown tool: {name[:64]}")
         if isinstance(verdict, CallToolResult):
             self._count(label, result_code(verdict))
             return verdict
@@ -74,13 +112,17 @@ class Gate:
         self._count(label, result_code(result))
         return result
 
-    async def _admit(self, name: str) -> Endpoint | CallToolResult:
+    async def _admit(self, name: str) -> Endpoint | CallToolResult | None:
+        """The caller, or the refusal as a result; None for a tool this server does not offer (the
+        spec's -32602, decided after the rate limit and before any database read)."""
         endpoint_id = caller_endpoint_id()
         if endpoint_id is None:
             return error_result("forbidden", "this call is not authenticated as an endpoint")
         if not self.limiter.allow(endpoint_id):
             per_minute = self.services.settings.mcp_rate_per_minute
             return error_result("rate_limited", f"over {per_minute} calls per minute; slow down and retry")
+        if not self.offered(name):
+            return None
         try:
             endpoint = await self.services.accounts.endpoint(endpoint_id)
         except StoreUnavailable:
@@ -117,8 +159,10 @@ class Gate:
         except ValidationError:
             return await call_next(ctx)  # the SDK answers invalid params
         own = doorbell_uri(endpoint.slug)
-        if any(uri != own for uri in params.notifications.resource_subscriptions or ()):
-            raise MCPError(INVALID_REQUEST, f"an endpoint may listen only to its own doorbell: {own}")
+        if any(resolve(endpoint, uri) is None for uri in params.notifications.resource_subscriptions or ()):
+            raise MCPError(
+                INVALID_REQUEST, f"an endpoint may listen only to its own resources ({own} and its queues)"
+            )
         with self.doorbell.listening(endpoint.id):
             return await call_next(ctx)
 

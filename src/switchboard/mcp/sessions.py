@@ -19,6 +19,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 SESSION_HEADER = "mcp-session-id"
+MAX_SUBSCRIPTIONS = 256  # URIs per session: one per scope queue plus the endpoint-wide one, with room
 
 ReadyCallback = Callable[[str, str], None]
 
@@ -31,6 +32,7 @@ class LegacySessions:
         self._owner: dict[str, str] = {}
         self._open: set[str] = set()
         self._announced: set[str] = set()
+        self._subscribed: dict[str, set[str]] = {}  # sid -> URIs, once it used resources/subscribe
 
     def register(self, endpoint_id: str, sid: str, session: ServerSession) -> None:
         """Remember the session; a no-op for one we know (the SDK binds a session id to one principal)."""
@@ -45,6 +47,7 @@ class LegacySessions:
 
     def forget(self, sid: str) -> None:
         endpoint_id = self._owner.pop(sid, None)
+        self._subscribed.pop(sid, None)
         self._open.discard(sid)
         self._announced.discard(sid)
         if endpoint_id is None:
@@ -54,6 +57,23 @@ class LegacySessions:
             sessions.pop(sid, None)
             if not sessions:
                 del self._by_endpoint[endpoint_id]
+
+    def subscribe(self, sid: str, uri: str) -> None:
+        """``resources/subscribe``: from now on this session hears exactly the URIs it subscribed to
+        (the unsolicited endpoint-wide ring stops for it). A URI cap bounds a misbehaving client."""
+        if sid in self._owner:
+            uris = self._subscribed.setdefault(sid, set())
+            if len(uris) < MAX_SUBSCRIPTIONS or uri in uris:
+                uris.add(uri)
+
+    def unsubscribe(self, sid: str, uri: str) -> None:
+        if sid in self._owner:
+            self._subscribed.setdefault(sid, set()).discard(uri)
+
+    def subscriptions(self, sid: str) -> frozenset[str] | None:
+        """The URIs a session subscribed to, or None if it never called ``resources/subscribe``."""
+        uris = self._subscribed.get(sid)
+        return None if uris is None else frozenset(uris)
 
     def stream_opened(self, sid: str) -> None:
         self._open.add(sid)

@@ -23,12 +23,13 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from mcp.server import MCPServer
 from mcp_types import ToolAnnotations
 
 from switchboard.mcp.errors import TODO_NOT_FOUND, ErrorCode, VerbError, error_result
+from switchboard.mcp.schemas import Todo
 from switchboard.store.accounts import Endpoint
 
 if TYPE_CHECKING:
@@ -90,9 +91,17 @@ class ToolContext:
         description: str | None = None,
         annotations: ToolAnnotations | None = None,
     ) -> None:
-        """Register a verb. ``grant_required=False`` only for verbs every endpoint may call (whoami)."""
+        """Register a verb. ``grant_required=False`` only for verbs every endpoint may call (whoami).
+
+        Give ``annotations`` and a typed return (a TypedDict: it becomes the ``outputSchema``). A verb
+        registered without annotations gets the spec's defaults written out (may write, may destroy,
+        not idempotent, reaches outside), so every verb in ``tools/list`` carries them."""
         if not grant_required:
             self.ungated.add(name)
+        if annotations is None:
+            annotations = ToolAnnotations(
+                read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=True
+            )
         self.server.add_tool(fn, name=name, title=title, description=description, annotations=annotations)
 
 
@@ -120,7 +129,7 @@ def _json(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-def todo_view(row: Any, *, payload: bool = True) -> dict[str, Any]:
+def todo_view(row: Any, *, payload: bool = True) -> Todo:
     """A todo as verbs return it. ``payload=False`` for listings, which stay small."""
     view: dict[str, Any] = {
         "id": row.id,
@@ -140,7 +149,7 @@ def todo_view(row: Any, *, payload: bool = True) -> dict[str, Any]:
         view["result"] = _json(row.result)
     if row.last_error is not None:
         view["last_error"] = row.last_error
-    return view
+    return cast(Todo, view)
 
 
 def not_found() -> VerbError:

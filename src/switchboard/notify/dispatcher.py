@@ -13,6 +13,15 @@ Shape, and why:
   all their endpoints and hooks (a tenant may hold several endpoints of 5 hooks each); the rest wait in
   that owner's bounded backlog, and the rest of the pool keeps serving other tenants.
 * Pending attempts live only in memory (REQ-7): a restart loses them, and the todo stays claimable.
+  A stop that abandons notifications (retries not yet due, queued or parked past the drain timeout)
+  counts and logs each as dropped (reason ``shutdown``): every notification ends with one outcome.
+* The per-hook limit is a ceiling (``switchboard.ratelimit.WindowLimiter``): no 60 s window admits
+  more than ``rate_per_minute`` notifications of one hook; the rest are dropped and counted.
+* Every drop reaches a ``notification dropped`` warning (:mod:`switchboard.notify.droplog`).
+* At most ``MAX_ATTEMPTS`` attempts per notification, checked right before each one starts, whatever
+  handed the notification to the worker; a worker survives any exception of one notification (it is
+  logged without its message, counted as failed, and the worker takes the next one), and a worker task
+  that ends anyway is started again, so the pool keeps its size (REQ-12).
 * Health is coalesced per hook and written within ``health_flush_interval``: every final outcome
   (delivered, or failed after its last attempt) is folded, in order, into the hook's pending
   :class:`HealthFold`, and a flush writes each hook's fold with one statement (not one transaction per
@@ -32,13 +41,16 @@ import asyncio
 import contextlib
 import random
 import time
+import traceback
 from collections import defaultdict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from switchboard.clock import Clock, ms
 from switchboard.notify import body as bodies
+from switchboard.notify.droplog import DropLog
 from switchboard.notify.store import HealthFold, HealthOutcome, HookStore, SendableHook
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
@@ -57,7 +69,7 @@ from switchboard.push import (
     new_message_id,
     standard_headers,
 )
-from switchboard.ratelimit import RateLimiter
+from switchboard.ratelimit import WindowLimiter
 from switchboard.store.accounts import AccountStore
 from switchboard.store.presence import PresenceReturn
 from switchboard.store.todos import TodoStore
@@ -66,7 +78,7 @@ from switchboard.store.transitions import Transition
 log = get_logger("switchboard.notify")
 
 MAX_ATTEMPTS = 3
-DROP_LOG_WINDOW = 10.0
+RATE_WINDOW = 60.0  # SPEC-0024: "120 notifications per minute" per hook, as a ceiling
 SENDABLE_READS = 4  # at most this many reads of one hook before one attempt (see _sendable)
 
 
@@ -82,6 +94,12 @@ class Notification:
     url: str = field(repr=False)  # the hook's URL as read at match time; never logged (REQ-11)
     attempts: int = 0
     started: float = field(default_factory=time.monotonic)
+    outcome: str | None = None  # delivered | failed | dropped, once it has one (counted once)
+    stage: str = "queued"  # where a worker is with it, for the REQ-12 log line of an unexpected error
+
+
+Signer = Callable[[Sequence[str], str, int, bytes], dict[str, str]]
+"""Builds one attempt's signed headers: ``switchboard.push.standard_headers`` (a seam for tests)."""
 
 
 def classify(err: PushError) -> str:
@@ -99,41 +117,24 @@ def classify(err: PushError) -> str:
     if isinstance(err, RetryableStatus):
         return "throttled" if err.status in (408, 429) else "server_error"
     if isinstance(err, PermanentClientError):
-        return "client_error"
+        return "client_error" if 400 <= err.status < 500 else "unexpected_status"
     return "failed"
 
 
-ATTEMPT_RESULTS = frozenset({"2xx", "3xx", "4xx", "5xx", "timeout", "network", "tls", "rejected_ssrf"})
+ATTEMPT_RESULTS = frozenset(
+    {"2xx", "3xx", "4xx", "5xx", "timeout", "network", "tls", "rejected_ssrf", "other"}
+)
 
 
 def attempt_result(err: PushError) -> str:
-    """The REQ-11 label: the push taxonomy's result, with odd statuses (1xx, 6xx+) folded into 4xx/5xx."""
-    if err.result in ATTEMPT_RESULTS:
-        return err.result
-    status = err.status if isinstance(err, StatusError) else 0
-    return "5xx" if status >= 500 else "4xx"
+    """The REQ-11 label, exactly the push taxonomy's (docs/push.md): a status outside 2xx-5xx (a 699)
+    is ``other``, never folded into ``4xx`` or ``5xx``."""
+    return err.result
 
 
 def jittered(delay: float) -> float:
     """About ``delay`` (+-20%), so a burst of failures does not retry in lockstep."""
     return delay * random.uniform(0.8, 1.2)
-
-
-class _DropLog:
-    """One warning per reason per window, each saying how many drops it stands for."""
-
-    def __init__(self) -> None:
-        self._last: dict[str, float] = {}
-        self._suppressed: defaultdict[str, int] = defaultdict(int)
-
-    def drop(self, reason: str, **ids: str | None) -> None:
-        now = time.monotonic()
-        if now - self._last.get(reason, -DROP_LOG_WINDOW) >= DROP_LOG_WINDOW:
-            count = self._suppressed.pop(reason, 0) + 1
-            self._last[reason] = now
-            log.warning("notification dropped", reason=reason, drops=count, **ids)
-        else:
-            self._suppressed[reason] += 1
 
 
 class _Reads:
@@ -200,6 +201,8 @@ class Dispatcher:
         drain_timeout: float = 5.0,
         health_flush_interval: float = 0.1,
         priority: InboundPriority | None = None,
+        sign: Signer = standard_headers,
+        drop_log: DropLog | None = None,
     ) -> None:
         self.priority = priority
         self.hooks, self.accounts, self.todos = hooks, accounts, todos
@@ -208,14 +211,16 @@ class Dispatcher:
         self.worker_count = workers
         self.per_owner_inflight = per_owner_inflight
         self.per_owner_backlog = per_owner_backlog
-        self.limiter = RateLimiter(clock, rate_per_minute, burst=rate_per_minute)
+        self.limiter = WindowLimiter(clock, max(1, int(rate_per_minute)), RATE_WINDOW)
+        self.sign = sign
         self.retry_delays = tuple(retry_delays)
         self.drain_timeout = drain_timeout
         self._inflight: defaultdict[str, int] = defaultdict(int)
         self._parked: defaultdict[str, deque[Notification]] = defaultdict(deque)
-        self._timers: set[asyncio.TimerHandle] = set()
+        self._timers: dict[asyncio.TimerHandle, Notification] = {}  # retries waiting for their time
         self._workers: list[asyncio.Task[None]] = []
-        self._drops = _DropLog()
+        self._in_hand: dict[str, Notification] = {}  # notification id -> taken by a worker, not done
+        self._drops = drop_log or DropLog()
         self._busy = 0
         self.health_flush_interval = health_flush_interval
         self._pending: dict[str, HealthFold] = {}  # hook -> outcomes not yet being written
@@ -231,6 +236,7 @@ class Dispatcher:
         self._idle.set()
         self._reads = _Reads(hooks)
         self.accepting = False
+        self._stopping = False  # stop() is cancelling the workers: their ends are not restarted
 
     # -- producing ---------------------------------------------------------------------------------
 
@@ -357,35 +363,81 @@ class Dispatcher:
         self._idle.clear()
         self.metrics.notify_queue_depth.set(self.queue.qsize())
 
+    def _end(self, n: Notification, outcome: str) -> bool:
+        """Count ``n``'s one outcome (REQ-11); False if it already had one (then nothing is counted)."""
+        if n.outcome is not None:
+            return False
+        n.outcome = outcome
+        self.metrics.notify_notifications.labels(n.type, outcome).inc()
+        return True
+
     def _dropped(self, n: Notification, reason: str) -> None:
-        self.metrics.notify_notifications.labels(n.type, "dropped").inc()
-        self._drops.drop(reason, hook_id=n.hook_id, notification_id=n.id, todo_id=n.todo_id)
+        if self._end(n, "dropped"):
+            self._drops.drop(reason, hook_id=n.hook_id, notification_id=n.id, todo_id=n.todo_id)
         self._check_idle()
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
     async def start(self) -> None:
         self.accepting = True
-        self._workers = [
-            asyncio.create_task(self._work(), name=f"notify-worker-{i}") for i in range(self.worker_count)
-        ]
+        self._stopping = False
+        self._workers = [self._spawn(i) for i in range(self.worker_count)]
         self._flusher = asyncio.create_task(self._flush_loop(), name="notify-health-flush")
 
+    def _spawn(self, index: int) -> asyncio.Task[None]:
+        task = asyncio.create_task(self._work(), name=f"notify-worker-{index}")
+        task.add_done_callback(lambda t: self._worker_ended(index, t))
+        return task
+
+    def _worker_ended(self, index: int, task: asyncio.Task[None]) -> None:
+        """REQ-12: the pool keeps its size. ``_work`` survives every ``Exception`` of a notification;
+        should a worker end anyway (outside ``stop``), it is logged and started again."""
+        if self._stopping or index >= len(self._workers) or self._workers[index] is not task:
+            return
+        exc = None if task.cancelled() else task.exception()
+        log.error(
+            "notify worker ended unexpectedly; starting it again",
+            worker=index,
+            error_type=type(exc).__name__ if exc else None,
+            where=_where(exc),
+        )
+        self._workers[index] = self._spawn(index)
+
+    @property
+    def workers_running(self) -> int:
+        """Worker tasks alive now: ``worker_count`` from start to stop (REQ-12)."""
+        return sum(1 for task in self._workers if not task.done())
+
     async def stop(self) -> None:
-        """Stop taking notifications, let in-flight work finish within ``drain_timeout``, then abandon."""
+        """Stop taking notifications, let in-flight work finish within ``drain_timeout``, then abandon.
+        What is abandoned (retries not yet due, queued, parked or cut off mid-attempt) is dropped with
+        reason ``shutdown``: counted, and logged before this returns."""
         self.accepting = False
-        for timer in self._timers:
+        for timer, n in list(self._timers.items()):
             timer.cancel()
+            self._dropped(n, "shutdown")
         self._timers.clear()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.drain_timeout):
                 await self.queue.join()
+        self._stopping = True
         for task in self._workers:
             task.cancel()
         for task in self._workers:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._workers = []
+        abandoned = [*self._in_hand.values()]
+        self._in_hand.clear()
+        while not self.queue.empty():
+            abandoned.append(self.queue.get_nowait())
+            self.queue.task_done()
+        for parked in self._parked.values():
+            abandoned.extend(parked)
+        self._parked.clear()
+        for n in abandoned:
+            self._dropped(n, "shutdown")
+        self.metrics.notify_queue_depth.set(0)
         if self._flusher is not None:
             async with self._health_lock:  # never cancel the flusher in the middle of a write
                 self._flusher.cancel()
@@ -393,6 +445,7 @@ class Dispatcher:
                 await self._flusher
             self._flusher = None
         await self._flush_health()  # what is pending is written, not lost
+        self._drops.close()  # every drop's line is written before the process may exit
         self._check_idle()
 
     async def idle(self) -> None:
@@ -415,8 +468,8 @@ class Dispatcher:
     async def _work(self) -> None:
         while True:
             n = await self.queue.get()
-            self.metrics.notify_queue_depth.set(self.queue.qsize())
             try:
+                self.metrics.notify_queue_depth.set(self.queue.qsize())
                 owner = n.owner_id
                 if self._inflight[owner] >= self.per_owner_inflight:
                     # Fairness: one tenant never holds more than its share of the pool.
@@ -428,11 +481,20 @@ class Dispatcher:
                     continue
                 self._inflight[owner] += 1
                 self._busy += 1
+                self._in_hand[n.id] = n
+                cut_off = False
                 try:
                     if self.priority is not None:
                         await self.priority.yield_to_inbound()  # REQ-7: inbound requests go first
                     await self._attempt(n)
+                except asyncio.CancelledError:
+                    cut_off = True  # stop() abandons it: it stays in _in_hand to be counted as dropped
+                    raise
+                except Exception as exc:  # REQ-12: one notification's error never ends a worker
+                    self._internal_error(n, exc)
                 finally:
+                    if not cut_off:
+                        self._in_hand.pop(n.id, None)
                     self._busy -= 1
                     self._inflight[owner] -= 1
                     if self._inflight[owner] == 0:
@@ -446,7 +508,47 @@ class Dispatcher:
                 self.queue.task_done()
                 self._check_idle()
 
+    def _internal_error(self, n: Notification, exc: Exception) -> None:
+        """An error outside the per-attempt handler (building or signing an attempt, a bug): logged with
+        the ids, the stage, the error's type and where it was raised, never its message (it could
+        quote a secret); the notification ends as failed; the worker goes on to the next one.
+
+        An error while building or sending the attempt (``sign``, ``send``) is also a failed delivery of
+        that hook (``last_error = "internal_error"``), so the endpoint sees it in list_notify_hooks and a
+        hook that can never be signed is disabled at the 10th, like any dead hook."""
+        self.metrics.notify_worker_errors.labels(n.stage).inc()
+        log.error(
+            "notify worker error",
+            hook_id=n.hook_id,
+            notification_id=n.id,
+            attempt=n.attempts,
+            stage=n.stage,
+            error_type=type(exc).__name__,
+            where=_where(exc),
+        )
+        if self._end(n, "failed") and n.stage in ("sign", "send"):
+            self._fold(n.hook_id).failed(None, "internal_error", ms(self.clock.now()), n.id)
+            self._health_due.set()
+            self._health_urgent.set()  # it may be the 10th: write it now, as for any possible disable
+
+    def _may_attempt(self, n: Notification) -> bool:
+        """REQ-7's cap, checked right before an attempt starts, whatever handed ``n`` to this worker (a
+        retry timer, the owner backlog, a bug that enqueued it twice): never a fourth attempt."""
+        if n.attempts < MAX_ATTEMPTS and n.outcome is None:
+            return True
+        log.error(
+            "notify attempt refused: the notification has had its attempts",
+            hook_id=n.hook_id,
+            notification_id=n.id,
+            attempts=n.attempts,
+            outcome=n.outcome,
+        )
+        return False
+
     async def _attempt(self, n: Notification) -> None:
+        if not self._may_attempt(n):
+            return
+        n.stage = "fast_fail"
         fast = self.sender.fast_failure(n.url) if n.attempts + 1 < MAX_ATTEMPTS else None
         if fast is not None:
             # An attempt before the last, to an origin that refused a connection moments ago: it fails as
@@ -455,28 +557,35 @@ class Dispatcher:
             n.attempts += 1
             self._failed_attempt(n, None, fast, 0.0)
             return
+        n.stage = "read"
         try:
             hook = await self._sendable(n.hook_id)
         except Exception:
             log.error(
                 "hook read failed", hook_id=n.hook_id, notification_id=n.id, stage="store", exc_info=True
             )
-            self.metrics.notify_notifications.labels(n.type, "failed").inc()
+            self._end(n, "failed")
             return
         if hook is None:  # deleted or disabled since it was matched: no attempt may start
             self._dropped(n, "hook_gone")
             return
+        if not self._may_attempt(n):  # checked again after the read's await, then no await until counted
+            return
         n.attempts += 1
-        headers = standard_headers(hook.secrets, n.id, int(self.clock.now()), n.body)
+        n.stage = "sign"
+        headers = self.sign(hook.secrets, n.id, int(self.clock.now()), n.body)
+        n.stage = "send"
         started = time.monotonic()
         try:
             result = await self.sender.send(hook.url, body=n.body, headers=headers)
         except PushError as err:
+            n.stage = "outcome"
             self._failed_attempt(n, hook, err, time.monotonic() - started)
             return
+        n.stage = "outcome"
         duration = time.monotonic() - started
         self.metrics.notify_attempts.labels("2xx").inc()
-        self.metrics.notify_notifications.labels(n.type, "delivered").inc()
+        self._end(n, "delivered")
         self.metrics.notify_delivery_seconds.observe(time.monotonic() - n.started)
         log.info(
             "notify attempt",
@@ -552,7 +661,7 @@ class Dispatcher:
             # turn into three writes per notification competing with ingest for the database.
             self._retry_later(n, jittered(self.retry_delays[min(n.attempts, len(self.retry_delays)) - 1]))
             return
-        self.metrics.notify_notifications.labels(n.type, "failed").inc()
+        self._end(n, "failed")
         self._fold(n.hook_id).failed(status, reason, ms(self.clock.now()), n.id)
         self._health_due.set()
         if hook is None or self._would_disable(n.hook_id, hook.consecutive_failures):
@@ -639,10 +748,20 @@ class Dispatcher:
 
         def fire() -> None:
             assert handle is not None
-            self._timers.discard(handle)
+            self._timers.pop(handle, None)
             if self.accepting:
                 self._put(n)
+            else:
+                self._dropped(n, "shutdown")
             self._check_idle()
 
         handle = loop.call_later(delay, fire)
-        self._timers.add(handle)
+        self._timers[handle] = n
+
+
+def _where(exc: BaseException | None) -> str | None:
+    """Where an error was raised, as ``file:line function``: enough to find it, nothing it carried."""
+    if exc is None or exc.__traceback__ is None:
+        return None
+    frame = traceback.extract_tb(exc.__traceback__)[-1]
+    return f"{Path(frame.filename).name}:{frame.lineno} {frame.name}"

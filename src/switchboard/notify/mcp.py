@@ -46,8 +46,10 @@ def registrar(verbs: NotifyHooks) -> Any:
             return await verbs.list(current_endpoint())
 
         async def rotate_notify_hook(hook_id: HookId) -> dict[str, Any]:
-            """Mint a new signing secret (shown once) and re-enable the hook. For 24 h every request
-            carries two signatures, one per secret. Errors: not_found."""
+            """Mint a new signing secret (shown once) and re-enable the hook if it was disabled after
+            10 failed deliveries. A hook your human disabled stays disabled (disabled_reason
+            "operator") until they re-enable it. For 24 h every request carries two signatures, one per
+            secret. Errors: not_found."""
             try:
                 return await verbs.rotate(current_endpoint(), hook_id)
             except HookError as err:

@@ -14,8 +14,10 @@ The contract of REQ-7 holds across the pipe:
 
 * The hub's subscriber only writes one line per batch to the child's stdin and never waits for it. When
   the child has not read what was written before (more than ``max_buffer`` bytes wait) or is not
-  running, the batch's transitions are dropped, logged (coalesced) and counted as dropped, exactly like
-  a full hub queue; the todos are unaffected.
+  running, the batch's transitions are dropped, logged (coalesced by :mod:`switchboard.notify.droplog`,
+  flushed by its timer and at stop) and counted as dropped, exactly like a full hub queue; the todos
+  are unaffected. Each child coalesces and flushes its own drops the same way; its lines reach this
+  process's stderr.
 * The child's own queue, workers, retries and health writes are the in-process dispatcher's.
 * The child's counters reach this process's ``/metrics`` (:mod:`switchboard.notify.wire`).
 * A child that dies is started again (the others carry on), after 1 s, doubling up to 30 s while it keeps dying early; what
@@ -36,7 +38,7 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
-from switchboard.notify.dispatcher import _DropLog
+from switchboard.notify.droplog import DropLog
 from switchboard.notify.wire import RELAYED, line, presence_line, transitions_line
 from switchboard.obs.logs import get_logger
 from switchboard.services import Services
@@ -93,7 +95,7 @@ class RemoteDispatcher:
         self.workers = [WorkerProcess(self, index) for index in range(processes)]
         self._stopping = False
         self._stop_requested = asyncio.Event()
-        self._drops = _DropLog()
+        self._drops = DropLog()
         # a relayed gauge (queue depth) is the sum of every child's latest value
         self._gauges: dict[tuple[str, tuple[tuple[str, str], ...]], list[float]] = {}
 
@@ -191,6 +193,7 @@ class RemoteDispatcher:
         self._stopping = True
         self._stop_requested.set()
         await asyncio.gather(*(worker.stop() for worker in self.workers))
+        self._drops.close()  # the gathered worker_unavailable drops are written, not lost
 
     async def idle(self) -> None:
         """Wait until every child has matched everything sent so far and finished every notification,

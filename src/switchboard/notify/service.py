@@ -80,6 +80,8 @@ class NotifyHooks:
         return {
             "hook_id": hook.id,
             "enabled": hook.enabled,
+            # "operator": its human disabled it, and only they re-enable it (the secret still rotated)
+            "disabled_reason": hook.disabled_reason,
             "signing_secret": secret,
             "previous_secret_valid_until": _iso_ms(hook.rotating_until),
         }

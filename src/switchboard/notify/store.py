@@ -49,6 +49,11 @@ from switchboard.store.db import Database
 from switchboard.store.schema import endpoints, notify_hooks
 
 DISABLE_AFTER = 10
+#: Who disabled a hook, as ``disabled_reason`` records it, and so who may undo it (REQ-8, REQ-10):
+#: the endpoint's rotate_notify_hook re-enables only an automatic disable; the owning human's
+#: re-enable from the endpoint card lifts either.
+HUMAN_DISABLE = "operator"
+AUTOMATIC_DISABLES = frozenset({"consecutive_failures"})
 NOTIFICATION_IDS_LOGGED = 32  # a fold's health-write failure names at most this many notification ids
 
 
@@ -336,7 +341,9 @@ class HookStore:
         return Hook.from_row(row)
 
     async def rotate(self, endpoint_id: str, hook_id: str) -> tuple[Hook, str]:
-        """Mint a new secret, keep the current one for the grace period, and re-enable the hook."""
+        """Mint a new secret, keep the current one for the grace period, and re-enable the hook if it was
+        disabled automatically (REQ-8). A hook its human disabled stays disabled: the decision is made
+        by the UPDATE itself, on the row as it is then, so a disable that commits meanwhile holds."""
         await self.get(endpoint_id, hook_id)
         secret = mint_secret()
         now = self.clock.now()
@@ -351,6 +358,7 @@ class HookStore:
             if row is None:
                 raise HookNotFound("no such notify hook")
             current = self.envelope.open(row.secret_enc, _aad(hook_id, "secret"))
+            held = _H.disabled_reason == HUMAN_DISABLE  # an owner's disable outlives the rotation
             await conn.execute(
                 update(notify_hooks)
                 .where(notify_hooks.c.id == hook_id, notify_hooks.c.endpoint_id == endpoint_id)
@@ -358,10 +366,10 @@ class HookStore:
                     secret_enc=self.envelope.seal(secret, _aad(hook_id, "secret")),
                     prev_secret_enc=self.envelope.seal(current, _aad(hook_id, "prev_secret")),
                     prev_secret_expires_at=ms(now + self.grace_seconds),
-                    enabled=True,
-                    disabled_reason=None,
-                    disabled_at=None,
-                    consecutive_failures=0,
+                    enabled=case((held, _H.enabled), else_=True),
+                    disabled_reason=case((held, _H.disabled_reason), else_=None),
+                    disabled_at=case((held, _H.disabled_at), else_=None),
+                    consecutive_failures=case((held, _H.consecutive_failures), else_=0),
                     updated_at=ms(now),
                 )
             )
@@ -381,16 +389,25 @@ class HookStore:
             raise HookNotFound("no such notify hook")
 
     async def set_enabled_by_owner(self, endpoint_id: str, hook_id: str, enabled: bool) -> bool:
-        """The owning human's disable / re-enable from the endpoint card (REQ-10)."""
+        """The owning human's disable / re-enable from the endpoint card (REQ-10). A re-enable lifts any
+        disable. A disable takes an enabled hook, or takes over an automatic disable (the human now
+        holds it: a rotate by the endpoint no longer re-enables it); True when the row changed."""
         now = ms(self.clock.now())
         values: dict[str, Any] = (
             {"enabled": True, "disabled_reason": None, "disabled_at": None, "consecutive_failures": 0}
             if enabled
-            else {"enabled": False, "disabled_reason": "operator", "disabled_at": now}
+            else {"enabled": False, "disabled_reason": HUMAN_DISABLE, "disabled_at": now}
         )
         cond = and_(notify_hooks.c.id == hook_id, notify_hooks.c.endpoint_id == endpoint_id)
         if not enabled:
-            cond = and_(cond, notify_hooks.c.enabled.is_(True))
+            cond = and_(
+                cond,
+                or_(
+                    notify_hooks.c.enabled.is_(True),
+                    notify_hooks.c.disabled_reason.is_(None),
+                    notify_hooks.c.disabled_reason != HUMAN_DISABLE,
+                ),
+            )
         async with self.db.begin() as conn:
             moved = await conn.execute(update(notify_hooks).where(cond).values(**values, updated_at=now))
         return moved.rowcount == 1

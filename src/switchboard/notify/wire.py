@@ -24,6 +24,7 @@ RELAYED = (
     "notify_notifications",
     "notify_attempts",
     "notify_disabled",
+    "notify_worker_errors",
     "notify_queue_depth",
     "notify_delivery_seconds",
 )

@@ -42,6 +42,8 @@ def _clean(fields: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = scrub(value)
         elif isinstance(value, int | float | bool) or value is None:
             out[key] = value
+        elif isinstance(value, list | tuple) and all(isinstance(v, str | int) for v in value):
+            out[key] = [scrub(v) if isinstance(v, str) else v for v in value]  # ids stay a JSON list
         else:
             out[key] = scrub(str(value))
     return out

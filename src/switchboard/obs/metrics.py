@@ -89,6 +89,13 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.notify_worker_errors = Counter(
+            "switchboard_notify_worker_errors_total",
+            "Notifications a delivery worker could not finish because of an unexpected error (REQ-12), "
+            "by the stage it was at; the worker carries on.",
+            ["stage"],
+            registry=r,
+        )
         self.notify_queue_depth = Gauge(
             "switchboard_notify_hook_queue_depth",
             "Notifications waiting in this instance's queue.",

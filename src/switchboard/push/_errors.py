@@ -120,8 +120,10 @@ class TLSFailure(PushError):
 
     ``reason``: ``hostname_mismatch`` (the certificate is not for the URL's host),
     ``certificate`` (any other verification failure: untrusted, expired, ...) or
-    ``handshake`` (the handshake broke off). Only ``handshake`` is retryable: a wrong
-    certificate will still be wrong a few seconds later.
+    ``handshake`` (the handshake broke off). Every one is retryable, like any failure
+    without a status (REQ-7 ends a notification early only on a status or on
+    ``rejected_ssrf``): a certificate can fail during a renewal, or on one bad node
+    behind a load balancer, and be fine on the next attempt.
     """
 
     def __init__(self, reason: str) -> None:
@@ -133,7 +135,7 @@ class TLSFailure(PushError):
 
     @property
     def retryable(self) -> bool:
-        return self.reason == "handshake"
+        return True
 
 
 class NetworkFailure(PushError):

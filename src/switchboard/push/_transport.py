@@ -753,16 +753,11 @@ class Sender:
         progress = _Progress(deadline)
         token = _CURRENT.set(progress)
         try:
-            try:
-                status, headers, read = await self._exchange(target, body, extra, progress)
-            except NetworkFailure as err:
-                if not self._stale(err, progress):
-                    raise
-                # The kept connection was closed under us before a byte of response came
-                # back: once more, on a fresh connection, within the same deadline.
-                progress = _Progress(deadline)
-                _CURRENT.set(progress)
-                status, headers, read = await self._exchange(target, body, extra, progress, fresh=True)
+            # One request, never resent here: a kept connection that fails before any response
+            # byte may still have delivered the request (the receiver read it and hung up), so a
+            # resend would be a second POST of one attempt. It fails as ``connection_lost``, and
+            # the caller's retry policy, which counts attempts, decides (docs/push.md).
+            status, headers, read = await self._exchange(target, body, extra, progress)
         finally:
             _CURRENT.reset(token)
         failure = error_for_status(status, retry_after=_retry_after(headers))
@@ -770,28 +765,17 @@ class Sender:
             raise failure
         return AttemptResult(status, time.monotonic() - start, read)
 
-    @staticmethod
-    def _stale(err: NetworkFailure, progress: _Progress) -> bool:
-        return (
-            progress.reused
-            and err.reason == "connection_lost"
-            and progress.response_bytes == 0
-            and time.monotonic() < progress.deadline
-        )
-
     async def _exchange(
         self,
         target: ValidatedTarget,
         body: bytes,
         extra: list[tuple[bytes, bytes]],
         progress: _Progress,
-        *,
-        fresh: bool = False,
     ) -> tuple[int, list[tuple[bytes, bytes]], int]:
         """One request on a kept connection for this target (or a new one that may be
-        kept), or, with ``fresh``, keep-alive off or after ``aclose``, on a connection
-        of its own that is closed afterwards."""
-        if fresh or self._closed or self._keepalive_expiry == 0:
+        kept), or, with keep-alive off or after ``aclose``, on a connection of its own
+        that is closed afterwards."""
+        if self._closed or self._keepalive_expiry == 0:
             pool = httpcore.AsyncConnectionPool(
                 ssl_context=self._ssl_context,
                 max_connections=1,

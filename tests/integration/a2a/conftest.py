@@ -22,7 +22,6 @@ from a2a.types.a2a_pb2 import (
     Message,
     Part,
     Role,
-    SendMessageConfiguration,
     SendMessageRequest,
     StreamResponse,
     Task,
@@ -206,10 +205,19 @@ def push_config(
     return config
 
 
-async def send(client: Client, msg: Message, *, push: TaskPushNotificationConfig | None = None) -> Task:
+async def send(
+    client: Client,
+    msg: Message,
+    *,
+    push: TaskPushNotificationConfig | None = None,
+    return_immediately: bool = True,
+) -> Task:
+    """SendMessage through the SDK client. ``return_immediately`` defaults to true here: most tests
+    want the task as submitted; the SDK client itself sends false (wait), see test_send_wait.py."""
     request = SendMessageRequest(message=msg)
+    request.configuration.return_immediately = return_immediately
     if push is not None:
-        request.configuration.CopyFrom(SendMessageConfiguration(task_push_notification_config=push))
+        request.configuration.task_push_notification_config.CopyFrom(push)
     tasks = [event.task async for event in client.send_message(request)]
     assert len(tasks) == 1
     return tasks[0]

@@ -79,34 +79,60 @@ async def test_a_slow_receiver_does_not_delay_another(env: Env) -> None:
     await env.a2a.worker.idle()  # the slow receiver went away: that attempt ends too
 
 
-async def test_a_burst_to_one_host_is_spread_at_the_rate_while_another_keeps_its_latency(
+async def test_a_burst_to_one_address_is_spread_at_the_rate_while_another_keeps_its_latency(
     tmp_path: Path,
 ) -> None:
-    resolver = StaticResolver({"busy.test": ["127.0.0.1"], "quiet.test": ["127.0.0.1"]})
+    resolver = StaticResolver({"busy.test": ["127.0.0.1"], "quiet.test": ["127.0.0.2"]})
     async with (
-        a2a_env(tmp_path, resolver=resolver, a2a_push_host_rate_per_minute=60, a2a_push_host_burst=2) as env,
-        HTTPSReceiver(ca=env.ca, cert_hostnames=("busy.test", "quiet.test")) as both,
+        a2a_env(
+            tmp_path,
+            resolver=resolver,
+            allow_cidrs="127.0.0.0/8",
+            a2a_push_host_rate_per_minute=60,
+            a2a_push_host_burst=2,
+        ) as env,
+        HTTPSReceiver(ca=env.ca, cert_hostnames=("busy.test",)) as busy,
+        HTTPSReceiver(ca=env.ca, cert_hostnames=("quiet.test",), host="127.0.0.2") as quiet,
     ):
         _, token = await env.endpoint("client")
         await env.worker()
         client = await env.client(token)
 
-        def hosts() -> list[str]:
-            return [(r.header("host") or "").split(":")[0] for r in both.requests]
-
         for n in range(6):
-            await send(client, message(f"burst {n}"), push=push_config(both.url("/b", hostname="busy.test")))
-        await send(client, message("quiet"), push=push_config(both.url("/q", hostname="quiet.test")))
+            await send(client, message(f"burst {n}"), push=push_config(busy.url("/b", hostname="busy.test")))
+        await send(client, message("quiet"), push=push_config(quiet.url("/q", hostname="quiet.test")))
         await env.settle()
-        assert hosts().count("busy.test") == 2  # the burst allowance, at once
-        assert hosts().count("quiet.test") == 1  # the other host is not queued behind the burst
+        assert len(busy.requests) == 2  # the burst allowance, at once
+        assert len(quiet.requests) == 1  # the other address is not queued behind the burst
         assert env.metric("switchboard_a2a_push_deferred_total") >= 0
 
         for second in range(1, 5):
             await env.advance(1.0)  # 60 per minute: one more each second, none dropped
-            assert hosts().count("busy.test") == 2 + second
+            assert len(busy.requests) == 2 + second
         assert await env.advance(10) == 0
-        assert hosts().count("busy.test") == 6
+        assert len(busy.requests) == 6
+        assert {status for _, status in await env.outbox_statuses()} == {"delivered"}
+
+
+async def test_many_names_for_one_address_share_its_limit(tmp_path: Path) -> None:
+    """Limits are keyed by the pinned IP: six host names for 127.0.0.1 get the one address's burst."""
+    names = [f"n{i}.test" for i in range(6)]
+    resolver = StaticResolver({name: ["127.0.0.1"] for name in names})
+    async with (
+        a2a_env(tmp_path, resolver=resolver, a2a_push_host_rate_per_minute=60, a2a_push_host_burst=2) as env,
+        HTTPSReceiver(ca=env.ca, cert_hostnames=tuple(names)) as receiver,
+    ):
+        _, token = await env.endpoint("client")
+        await env.worker()
+        client = await env.client(token)
+        for name in names:
+            await send(client, message(name), push=push_config(receiver.url("/h", hostname=name)))
+        await env.settle()
+        assert len(receiver.requests) == 2  # keyed by host name, all six would have gone at once
+        assert env.metric("switchboard_a2a_push_deferred_total") >= 1
+        for second in range(1, 5):
+            await env.advance(1.0)  # 60 per minute for the address: one more each second
+            assert len(receiver.requests) == min(6, 2 + second)  # deferred, never dropped
         assert {status for _, status in await env.outbox_statuses()} == {"delivered"}
 
 

@@ -224,7 +224,8 @@ async def test_v03_method_names_are_served_on_the_same_endpoint(env: Env) -> Non
                 "role": "user",
                 "parts": [{"kind": "text", "text": "legacy hello"}],
                 "metadata": {"queue": "inbox"},
-            }
+            },
+            "configuration": {"blocking": False},
         },
     }
     async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http:  # no A2A-Version: 0.3

@@ -4,6 +4,7 @@ collect doorbell notifications without sleeping."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -13,12 +14,14 @@ import httpx2
 from mcp import Client
 from mcp.client.session import IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
-from mcp_types import CallToolResult, ResourceUpdatedNotification
+from mcp_types import CallToolResult, ResourceUpdatedNotification, TextContent
 
 from switchboard.mcp.doorbell import META_KEY, doorbell_uri
+from switchboard.mcp.errors import ERROR_META
 from switchboard.store.accounts import Endpoint
 from switchboard.store.todos import NewTodo
 from switchboard.verbs import DEFAULT_GRANT
+from tests.integration.mcp.schema_check import CheckedClient
 from tests.support.secrets import reveal
 from tests.support.server import Instance
 
@@ -122,7 +125,8 @@ async def connect(
     async with httpx2.AsyncClient(headers=headers, timeout=10, event_hooks={"response": hooks}) as http:
         transport = streamable_http_client(inst.mcp_url, http_client=http)
         handler = bell.on_message if bell else None
-        async with Client(transport, mode=mode, message_handler=handler, read_timeout_seconds=10) as client:
+        checked = CheckedClient(transport, mode=mode, message_handler=handler, read_timeout_seconds=10)
+        async with checked as client:
             if bell is not None:
                 await asyncio.wait_for(bell.stream_open.wait(), 5)
             if bell is not None and settle:
@@ -149,7 +153,11 @@ async def refuse(client: Client, verb: str, **arguments: Any) -> tuple[str, str]
 
 def error_of(result: CallToolResult) -> tuple[str, str]:
     assert result.is_error, result.structured_content
-    body = result.structured_content
+    assert result.structured_content is None, (
+        "an error carries no structuredContent (outputSchema is for results)"
+    )
+    body = json.loads(result.content[0].text) if isinstance(result.content[0], TextContent) else None
+    assert body == (result.meta or {}).get(ERROR_META), "the text and _meta carry the same error object"
     assert isinstance(body, dict) and set(body) == {"code", "message"}, body
     return str(body["code"]), str(body["message"])
 

@@ -200,12 +200,20 @@ async def test_modern_listener_hears_presence_digest(inst: Instance) -> None:
         assert event.uri == a.uri  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("victim_uri", ["switchboard://endpoints/agent-a/todos", "switchboard://anything"])
+@pytest.mark.parametrize(
+    "victim_uri",
+    [
+        "switchboard://endpoints/agent-a/todos",
+        "switchboard://endpoints/agent-a/queues/inbox",
+        "switchboard://endpoints/agent-b/queues/elsewhere",
+        "switchboard://anything",
+    ],
+)
 async def test_an_endpoint_cannot_listen_to_another_uri(inst: Instance, victim_uri: str) -> None:
     await vend(inst, "agent-a")
     b = await vend(inst, "agent-b")
     async with connect(inst, b.token) as client:
-        with pytest.raises(MCPError, match="own doorbell"):
+        with pytest.raises(MCPError, match="only to its own resources"):
             async with client.listen(resource_subscriptions=[b.uri, victim_uri]):
                 pass
         assert not doorbell(inst).live(b.id)

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp import MCPError
 from mcp.server import MCPServer
+from mcp_types import INVALID_PARAMS
 
 from switchboard.app import Component
 from switchboard.clock import ManualClock
@@ -80,7 +82,9 @@ async def test_registered_verbs_follow_the_gate(ext: Instance, clock: ManualCloc
         )
         assert await refuse(client, "a2a_list_tasks") == ("internal", INTERNAL_MESSAGE)
         assert (await refuse(client, "a2a_push_config"))[0] == "unavailable"
-        assert await refuse(client, "a2a_cancel_task") == ("not_found", "unknown verb: a2a_cancel_task")
+        with pytest.raises(MCPError) as unknown:  # granted, but no module offers it: -32602
+            await client.call_tool("a2a_cancel_task", {})
+        assert unknown.value.error.code == INVALID_PARAMS
         assert await call(client, "server_time") == {"now": clock.now()}
         assert (await refuse(client, "a2a_get_task"))[0] == "invalid_argument"
     async with connect(ext, b.token) as client:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from mcp import MCPError
+from mcp_types import INVALID_PARAMS
 from sqlalchemy import func, select
 
 from switchboard.clock import ManualClock
@@ -92,11 +93,14 @@ async def test_ungranted_verb_is_forbidden_and_hidden(inst: Instance, mode: Any)
         code, message = await refuse(client, "claim", todo_id=todo_id)
         assert code == "forbidden" and "claim" in message
         assert (await refuse(client, "create_notify_hook", url="https://example.com"))[0] == "forbidden"
-        assert (await refuse(client, "no_such_verb"))[0] == "forbidden"
+        # A tool the server does not offer at all is the spec's protocol error, not a tool result.
+        with pytest.raises(MCPError) as unknown:
+            await client.call_tool("no_such_verb", {})
+        assert unknown.value.error.code == INVALID_PARAMS
     row = await inst.services.todos.get(a.id, todo_id)
     assert row is not None and row.status == "pending"
     assert sample(inst, "switchboard_mcp_calls_total", verb="claim", code="forbidden") == 1
-    assert sample(inst, "switchboard_mcp_calls_total", verb="unknown", code="forbidden") == 1
+    assert sample(inst, "switchboard_mcp_calls_total", verb="unknown", code="protocol_error") == 1
 
 
 async def test_scope_shrink_takes_effect_on_the_next_call(inst: Instance) -> None:

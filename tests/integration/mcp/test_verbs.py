@@ -156,12 +156,19 @@ async def test_whoami_needs_no_grant(inst: Instance) -> None:
     assert me == {
         "endpoint": "agent-a",
         "endpoint_id": a.id,
+        "via": "endpoint_credential",
         "verbs": ["ack"],
+        "endpoint_verbs": ["ack"],
         "queues": ["inbox", "reviews"],
         "presence": "in",
         "clocked": "in",
         "override": None,
         "doorbell_uri": "switchboard://endpoints/agent-a/todos",
+        "resources": [
+            "switchboard://endpoints/agent-a/todos",
+            "switchboard://endpoints/agent-a/queues/inbox",
+            "switchboard://endpoints/agent-a/queues/reviews",
+        ],
     }
 
 

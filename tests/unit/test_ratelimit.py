@@ -1,0 +1,111 @@
+"""The two limiters of switchboard.ratelimit, on an injected clock.
+
+The window limiter is a ceiling: no closed interval of ``window`` seconds ever holds more than ``limit``
+admissions of one key, whatever the arrival pattern (checked by brute force over every window that
+starts at an admission). The token bucket is an average with a burst, and is shown exceeding that
+ceiling on the same arrivals: the reason SPEC-0024's per-hook limit is not a bucket (issue 14).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from switchboard.clock import ManualClock
+from switchboard.ratelimit import RateLimiter, WindowLimiter
+
+
+def busiest_window(times: list[float], window: float) -> int:
+    """The most admissions any closed interval of ``window`` seconds holds (an interval holding the most
+    can always be slid to start at an admission)."""
+    times = sorted(times)
+    best, j = 0, 0
+    for i, start in enumerate(times):
+        j = max(j, i)
+        while j < len(times) and times[j] - start <= window:
+            j += 1
+        best = max(best, j - i)
+    return best
+
+
+def admitted(limiter: RateLimiter | WindowLimiter, clock: ManualClock, arrivals: list[float]) -> list[float]:
+    start = clock.now()
+    out = []
+    for t in arrivals:
+        clock.advance(start + t - clock.now())
+        if limiter.allow("nh_1"):
+            out.append(t)
+    return out
+
+
+def steady(per_second: float, seconds: float) -> list[float]:
+    return [i / per_second for i in range(int(per_second * seconds))]
+
+
+def test_a_burst_gets_the_limit_and_no_more_until_the_oldest_leaves_the_window() -> None:
+    clock = ManualClock(1000.0)
+    limiter = WindowLimiter(clock, 120, 60.0)
+    assert sum(limiter.allow("nh_1") for _ in range(200)) == 120
+    clock.advance(30)
+    assert not limiter.allow("nh_1")  # a token bucket refilling 2/s would have 60 here
+    assert limiter.take("nh_1") == pytest.approx(30.0)  # until the first of the burst is a window old
+    assert limiter.wait("nh_1") == pytest.approx(30.0) and limiter.wait("nh_other") == 0.0  # a peek
+    clock.advance(30)
+    assert not limiter.allow("nh_1")  # exactly 60 s: still inside the closed window
+    clock.advance(0.001)
+    assert limiter.wait("nh_1") == 0.0
+    assert sum(limiter.allow("nh_1") for _ in range(200)) == 120
+    assert limiter.allow("nh_2")  # keys are independent
+
+
+@pytest.mark.parametrize(
+    "arrivals",
+    [
+        pytest.param(steady(4, 180), id="steady 4/s for 3 min"),
+        pytest.param([0.0] * 150 + steady(4, 120), id="burst then steady"),
+        pytest.param(sorted(random.Random(14).uniform(0, 240) for _ in range(2000)), id="random"),
+    ],
+)
+def test_no_window_ever_holds_more_than_the_limit(arrivals: list[float]) -> None:
+    clock = ManualClock(1000.0)
+    got = admitted(WindowLimiter(clock, 120, 60.0), clock, arrivals)
+    assert busiest_window(got, 60.0) == 120  # the ceiling is reached, never passed
+    # and what is refused is refused only while a window is full
+    assert len(got) >= 120 * int((arrivals[-1] - arrivals[0]) // 60)
+
+
+def test_the_token_bucket_passes_that_ceiling_on_the_same_arrivals() -> None:
+    """Why the notify limit is not a RateLimiter: burst 120 + 2/s gave 233 in a minute (issue 14)."""
+    clock = ManualClock(1000.0)
+    got = admitted(RateLimiter(clock, 120, burst=120), clock, [0.0] * 150 + steady(4, 120))
+    assert busiest_window(got, 60.0) > 200
+
+
+def test_a_clock_step_back_neither_lets_more_through_nor_blocks_for_the_step() -> None:
+    clock = ManualClock(1000.0)
+    limiter = WindowLimiter(clock, 3, 60.0)
+    assert [limiter.allow("k") for _ in range(4)] == [True, True, True, False]
+    clock.advance(-3600)  # an hour back
+    assert not limiter.allow("k")  # the three are still within the window, counted from now
+    clock.advance(60.001)
+    assert limiter.allow("k")  # not an hour later
+
+
+def test_idle_keys_are_forgotten() -> None:
+    clock = ManualClock(1000.0)
+    limiter = WindowLimiter(clock, 2, 60.0)
+    for i in range(1000):
+        limiter.allow(f"k{i}")
+    assert limiter.used("k1") == 1
+    clock.advance(61)
+    limiter.allow("fresh")
+    assert len(limiter) == 1  # only "fresh": the others held nothing inside the window
+    assert limiter.used("k1") == 0
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(ValueError):
+        WindowLimiter(ManualClock(), 0)
+    with pytest.raises(ValueError):
+        WindowLimiter(ManualClock(), 1, 0)
