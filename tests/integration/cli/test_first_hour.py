@@ -124,12 +124,12 @@ def test_unknown_schema_is_refused_by_serve_and_the_admin_commands(tmp_path: Pat
 
 def test_behind_schema_without_auto_upgrade_names_db_upgrade(tmp_path: Path) -> None:
     assert run("db", "upgrade", "--data", str(tmp_path)).returncode == 0
-    _stamp(tmp_path, "0004")  # the repair revision is idempotent, so re-running it is safe
+    _stamp(tmp_path, "console")  # the revision before the repair, which is idempotent: safe to re-run
     off = env_with(auto_upgrade="false")
     code, line = refused_fast(
         "serve", "--data", str(tmp_path), "--listen", f"127.0.0.1:{free_port()}", env=off, within=SCHEMA_CHECK
     )
-    assert code == 3 and "`switchboard db upgrade`" in line and "'0004'" in line
+    assert code == 3 and "`switchboard db upgrade`" in line and "'console'" in line
     assert run("db", "upgrade", "--data", str(tmp_path), env=off).returncode == 0
     status = run("db", "status", "--data", str(tmp_path), env=off)
     assert status.returncode == 0 and "schema at head" in status.stdout
