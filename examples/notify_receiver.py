@@ -1,8 +1,13 @@
 """A minimal notify-hook receiver: verify with a stock Standard Webhooks library, dedup on webhook-id,
 then wake the worker that claims the work over MCP.
 
-Run:  SWITCHBOARD_HOOK_SECRET=whsec_... uvicorn examples.notify_receiver:app --port 9000
-(behind TLS: Switchboard only calls https URLs unless the operator allowed http).
+Run it over HTTPS (Switchboard only calls https URLs unless the operator allowed http):
+
+    SWITCHBOARD_HOOK_SECRET=whsec_... python examples/notify_receiver.py \
+        --cert receiver.pem --key receiver-key.pem --port 9000
+
+For a certificate from a private CA, give Switchboard that CA with SWITCHBOARD_CA_BUNDLE. Behind a
+TLS-terminating proxy, plain ``uvicorn examples.notify_receiver:app --port 9000`` serves it too.
 """
 
 from __future__ import annotations
@@ -45,3 +50,35 @@ def make_app(secret: str, on_ready: object = print) -> Starlette:
 
 
 app = make_app(os.environ.get("SWITCHBOARD_HOOK_SECRET", "whsec_" + "A" * 43 + "="))
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    import uvicorn
+
+    parser = argparse.ArgumentParser(description="A notify-hook receiver that serves HTTPS.")
+    parser.add_argument("--cert", required=True, help="PEM certificate chain for this host")
+    parser.add_argument("--key", required=True, help="PEM private key")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9000)
+    args = parser.parse_args(argv)
+
+    def show(event: object) -> None:
+        print(f"verified notification: {event}", flush=True)
+
+    secret = os.environ.get("SWITCHBOARD_HOOK_SECRET")
+    if not secret:
+        raise SystemExit("set SWITCHBOARD_HOOK_SECRET to the hook's signing secret (whsec_...)")
+    uvicorn.run(
+        make_app(secret, show),
+        host=args.host,
+        port=args.port,
+        ssl_certfile=args.cert,
+        ssl_keyfile=args.key,
+        log_level="warning",
+    )
+
+
+if __name__ == "__main__":
+    main()

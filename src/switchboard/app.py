@@ -17,7 +17,11 @@ from switchboard import __version__
 from switchboard.a2a.card import A2A_PATH
 from switchboard.boundary import BaselineHeaders, JsonBoundary, jsonrpc_error, oauth_error
 from switchboard.ingest.app import Ingest
+from switchboard.obs.asgi import McpTiming
+from switchboard.obs.health import readiness
 from switchboard.obs.logs import get_logger
+from switchboard.obs.queues import refresh_queue_gauges
+from switchboard.ops import ensure_schema
 from switchboard.priority import InboundTracking, inbound_priority
 from switchboard.queue.sweeper import Sweeper
 from switchboard.services import Services
@@ -58,14 +62,25 @@ def create_app(services: Services, *, components: Sequence[Component] | None = N
     services.extras["mcp"] = mcp
 
     async def healthz(_: Request) -> Response:
+        """Liveness: the process serves HTTP. Readiness is /readyz (switchboard.obs.health)."""
         return JSONResponse({"status": "ok", "version": __version__, "instance": services.instance_id})
 
+    async def readyz(_: Request) -> Response:
+        reasons = await readiness(services)
+        body = {
+            "status": "not ready" if reasons else "ready",
+            "reasons": reasons,
+            "instance": services.instance_id,
+        }
+        return JSONResponse(body, status_code=503 if reasons else 200, headers={"cache-control": "no-store"})
+
     async def metrics(_: Request) -> Response:
+        await refresh_queue_gauges(services)
         return Response(services.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        await services.db.migrate()
+        await ensure_schema(services.db, settings)
         async with AsyncExitStack() as stack:
             await services.hub.start()
             stack.push_async_callback(services.hub.stop)
@@ -80,6 +95,7 @@ def create_app(services: Services, *, components: Sequence[Component] | None = N
 
     routes: list[BaseRoute] = [
         Route("/healthz", healthz),
+        Route("/readyz", readyz),
         Route("/metrics", metrics),
         *ingest.routes(),
     ]
@@ -97,6 +113,7 @@ def create_app(services: Services, *, components: Sequence[Component] | None = N
     json_paths = [("/mcp", jsonrpc_error), (A2A_PATH, jsonrpc_error), ("/register", oauth_error)]
     middleware.insert(0, Middleware(BaselineHeaders))  # outermost: every answer, the SDKs' 404s too
     middleware.append(Middleware(JsonBoundary, max_body_bytes=settings.max_body_bytes, paths=json_paths))
+    middleware.append(Middleware(McpTiming, metrics=services.metrics))
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.services = services
     return app

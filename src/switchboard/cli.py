@@ -15,6 +15,7 @@ import asyncio
 import getpass
 import json
 import logging
+import os
 import signal
 import socket
 import sys
@@ -25,9 +26,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
-from pydantic import ValidationError
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
+from switchboard import ops, preflight
 from switchboard.audit import audit
 from switchboard.ingest.derive import valid_kind
 from switchboard.ingest.verify import mint_path_token, mint_source_secret
@@ -36,12 +37,14 @@ from switchboard.obs.logs import scrub
 from switchboard.services import Services, build_services
 from switchboard.settings import Settings
 from switchboard.store.accounts import EMAIL, QUEUE, SLUG, Endpoint
+from switchboard.store.db import SchemaMismatch
 from switchboard.store.errors import Conflict, NotFound, StoreError, StoreUnavailable
 from switchboard.store.sources import KINDS, TRUSTS
 from switchboard.verbs import ALL_VERBS, DEFAULT_GRANT, unknown_verbs
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+EXIT_SERVE = 3  # serve could not start
 REVEAL_NOTE = "This is shown once and cannot be shown again: store it now."
 
 log = get_logger("switchboard.cli")
@@ -197,7 +200,7 @@ async def _emails(services: Services) -> dict[str, str]:
 async def human_create(services: Services, args: argparse.Namespace) -> Output:
     if await services.accounts.human_by_email(args.email):
         raise CliError(f"a human with email {args.email!r} exists", "conflict", EXIT_FAILED)
-    await services.accounts.create_human(args.email, args.password, operator=args.operator)
+    await services.accounts.create_human(args.email, args.password, operator=args.operator, actor="cli")
     human = _human_json(await _require_human(services, args.email))
     if not human["operator"] and not any(r.is_operator for r in await services.accounts.list_humans()):
         _warn(
@@ -276,7 +279,9 @@ async def human_list(services: Services, args: argparse.Namespace) -> Output:
 async def endpoint_vend(services: Services, args: argparse.Namespace) -> Output:
     human = await _require_human(services, args.human)
     verbs = list(DEFAULT_GRANT) if args.default_grant else args.verbs
-    endpoint, token = await services.accounts.vend_endpoint(human.id, args.slug, args.queues, verbs)
+    endpoint, token = await services.accounts.vend_endpoint(
+        human.id, args.slug, args.queues, verbs, actor="cli"
+    )
     from switchboard.a2a.settings import default_queue, set_default_queue
 
     if args.a2a_queue:
@@ -304,6 +309,37 @@ async def endpoint_list(services: Services, args: argparse.Namespace) -> Output:
     ]
     text = _table(["SLUG", "HUMAN", "PRESENCE", "QUEUES", "VERBS"], rows, "(no endpoints)")
     return Output({"endpoints": endpoints}, text)
+
+
+async def endpoint_grant(services: Services, args: argparse.Namespace) -> Output:
+    """Add or remove verbs on an existing endpoint, through the scope update the web UI's editor makes."""
+    endpoint = await services.accounts.endpoint_by_slug(args.slug)
+    if endpoint is None:
+        raise CliError(f"no endpoint {args.slug!r}", "not_found", EXIT_FAILED)
+    both = sorted(set(args.add or ()) & set(args.remove or ()))
+    if both:
+        raise CliError(f"both added and removed: {', '.join(both)}")
+    verbs = sorted((set(endpoint.verbs) | set(args.add or ())) - set(args.remove or ()))
+    if not verbs:
+        raise CliError("that would leave the endpoint no verbs (revoke its token instead)")
+    await services.accounts.set_scope(endpoint.id, verbs=verbs, actor="cli")
+    updated = await services.accounts.endpoint(endpoint.id)
+    assert updated is not None
+    emails = await _emails(services)
+    added = sorted(set(updated.verbs) - set(endpoint.verbs))
+    removed = sorted(set(endpoint.verbs) - set(updated.verbs))
+    text = (
+        f"endpoint {updated.slug}: verbs {', '.join(updated.verbs)}"
+        + (f"\n  added:   {', '.join(added)}" if added else "")
+        + (f"\n  removed: {', '.join(removed)}" if removed else "")
+        + ("" if added or removed else "\n  (unchanged)")
+    )
+    data = {
+        "endpoint": _endpoint_json(updated, emails.get(updated.human_id, "")),
+        "added": added,
+        "removed": removed,
+    }
+    return Output(data, text)
 
 
 async def source_create(services: Services, args: argparse.Namespace) -> Output:
@@ -389,6 +425,48 @@ async def route_list(services: Services, args: argparse.Namespace) -> Output:
     return Output({"routes": routes}, text)
 
 
+async def db_status(services: Services, args: argparse.Namespace) -> Output:
+    status = await services.db.schema_status()
+    return Output({"schema": ops.status_json(status)}, ops.status_text(status))
+
+
+async def db_upgrade(services: Services, args: argparse.Namespace) -> Output:
+    before = await services.db.schema_status()
+    try:
+        await services.db.migrate()
+    except SchemaMismatch as exc:
+        raise CliError(str(exc), "schema", EXIT_FAILED) from None
+    after = await services.db.schema_status()
+    text = (
+        f"schema already at head ({after.head})"
+        if before.state == "head"
+        else f"schema upgraded from {before.current or 'empty'} to {after.current}"
+    )
+    return Output({"before": ops.status_json(before), "schema": ops.status_json(after)}, text)
+
+
+async def backup(services: Services, args: argparse.Namespace) -> Output:
+    source = ops.sqlite_path(services.db.url)
+    if source is None:
+        raise CliError(
+            "backup copies the SQLite database; for PostgreSQL use pg_dump (docs/self-hosting.md, "
+            '"Backup and restore")',
+            "unsupported",
+            EXIT_FAILED,
+        )
+    key = None if services.settings.cred_key else services.settings.data_dir / "cred.key"
+    try:
+        done = ops.backup_sqlite(source, args.dest, key)
+    except ops.OpsError as exc:
+        raise CliError(exc.message, exc.code, EXIT_FAILED) from None
+    text = f"backed up {source} to {done['database']}"
+    if done["key_file"]:
+        text += f"\nand the envelope key to {done['key_file']} (keep it as secret as the database)"
+    else:
+        text += "\nSWITCHBOARD_CRED_KEY is set: keep it with the backup, the sealed secrets need it"
+    return Output({"backup": done}, text)
+
+
 # -- parser -------------------------------------------------------------------------------------------
 
 
@@ -419,6 +497,35 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--listen", metavar="HOST:PORT", help="address to listen on (default $SWITCHBOARD_LISTEN)"
     )
+
+    wait = groups.add_parser(
+        "wait-ready", parents=[data], help="wait until the server answers /readyz with 200 (for scripts)"
+    )
+    wait.add_argument("--url", help="the server's base URL (default: from --listen or $SWITCHBOARD_LISTEN)")
+    wait.add_argument("--listen", metavar="HOST:PORT", help="the address serve was given")
+    wait.add_argument(
+        "--timeout", type=float, default=60.0, metavar="SECONDS", help="give up after (default 60)"
+    )
+
+    call = groups.add_parser(
+        "call", parents=[data], help="call an MCP verb as an endpoint (token on stdin) and print the result"
+    )
+    call.add_argument("tool", metavar="TOOL", help="the verb, e.g. create_notify_hook")
+    call.add_argument("arguments", nargs="*", metavar="KEY=VALUE", help="arguments (JSON values parsed)")
+    call.add_argument("--token-stdin", action="store_true", required=True, help="read the token from stdin")
+    call.add_argument("--url", help="the MCP URL (default: /mcp at --listen or $SWITCHBOARD_LISTEN)")
+    call.add_argument("--listen", metavar="HOST:PORT", help="the address serve was given")
+    call.add_argument("--json", action="store_true", help="one JSON object on stdout")
+
+    listen = groups.add_parser("listen", help="a local receiver that verifies and prints notifications")
+    listen.add_argument("--port", type=int, required=True)
+    listen.add_argument("--host", default="127.0.0.1")
+    listen.add_argument("--secret", help="whsec_... (default $SWITCHBOARD_HOOK_SECRET)")
+    listen.add_argument("--cert", help="PEM certificate: serve HTTPS")
+    listen.add_argument("--key", help="PEM private key for --cert")
+    verify_cmd = groups.add_parser("verify", help="verify one captured notification request read from stdin")
+    verify_cmd.add_argument("--secret", help="whsec_... (default $SWITCHBOARD_HOOK_SECRET)")
+    verify_cmd.add_argument("--json", action="store_true", help="errors as one JSON object too")
 
     def group(name: str, help: str) -> Any:
         return groups.add_parser(name, help=help).add_subparsers(
@@ -452,7 +559,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd = command(humans, "sign-out", human_sign_out, "end every browser session of a human")
     cmd.add_argument("email", type=_email, metavar="EMAIL")
 
-    endpoints = group("endpoint", "vend and list endpoints")
+    endpoints = group("endpoint", "vend, list and re-grant endpoints")
     cmd = command(endpoints, "vend", endpoint_vend, "vend an endpoint and print its token once")
     cmd.add_argument("--human", required=True, metavar="EMAIL", help="the owning human")
     cmd.add_argument("--slug", required=True, type=_slug)
@@ -466,6 +573,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="QUEUE",
         help="where its A2A messages without metadata.queue go (default: the first of --queues)",
     )
+    cmd = command(endpoints, "grant", endpoint_grant, "add or remove verbs on an existing endpoint")
+    cmd.add_argument("slug", type=_slug, metavar="SLUG")
+    cmd.add_argument("--add", type=_verbs, metavar="V1,V2", help="verbs to grant")
+    cmd.add_argument("--remove", type=_verbs, metavar="V1,V2", help="verbs to take away")
     cmd = command(endpoints, "list", endpoint_list, "list endpoints (never their tokens)")
     cmd.add_argument("--human", metavar="EMAIL", help="only this human's endpoints")
     cmd = command(endpoints, "delete", endpoint_delete, "delete an endpoint with its todos, hooks, routes")
@@ -490,6 +601,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--kind", type=_event_kind, help="only deliveries of this event kind, e.g. push (default: every kind)"
     )
     command(routes, "list", route_list, "list routes")
+
+    db = group("db", "the database schema: status and upgrade")
+    command(db, "status", db_status, "the schema revision against this build's head").set_defaults(
+        schema="raw"
+    )
+    command(db, "upgrade", db_upgrade, "upgrade the schema to this build's head").set_defaults(schema="raw")
+    cmd = groups.add_parser(
+        "backup", parents=[common], help="copy the SQLite database (online) and its key file into DIR"
+    )
+    cmd.add_argument("dest", type=Path, metavar="DIR", help="an empty or new folder")
+    cmd.set_defaults(handler=backup)
     return parser
 
 
@@ -504,12 +626,9 @@ def _settings(args: argparse.Namespace) -> Settings:
     if getattr(args, "listen", None) is not None:
         overrides["listen"] = args.listen
     try:
-        return Settings(**overrides)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()
-        )
-        raise CliError(f"invalid configuration: {problems}") from None
+        return preflight.load_settings(overrides)
+    except preflight.ConfigError as exc:
+        raise CliError(exc.message) from None
 
 
 def _services(settings: Settings) -> Services:
@@ -523,7 +642,10 @@ async def _admin(args: argparse.Namespace, settings: Settings) -> Output:
     services = _services(settings)
     try:
         try:
-            await services.db.migrate()
+            if getattr(args, "schema", "ensure") == "ensure":  # `db status|upgrade` look for themselves
+                await ops.ensure_schema(services.db, settings)
+        except SchemaMismatch as exc:
+            raise CliError(str(exc), "schema", EXIT_FAILED) from None
         except (SQLAlchemyError, OSError) as exc:
             raise CliError(
                 f"database unavailable: {type(exc).__name__}", "unavailable", EXIT_FAILED
@@ -582,6 +704,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.group == "serve":
             return serve(_settings(args))
+        if args.group == "wait-ready":
+            return _wait_ready(args)
+        if args.group == "call":
+            return _call(args)
+        if args.group in ("listen", "verify"):
+            return _listen(args) if args.group == "listen" else _verify(args)
         output = _run(args)
     except CliError as exc:
         return _fail(exc, as_json)
@@ -607,7 +735,12 @@ def serve(settings: Settings) -> int:
     from switchboard.app import create_app
     from switchboard.conn import guarded_protocol, install_accept_error_filter
 
-    configure_logging()
+    try:
+        _preflight(settings)
+    except (ops.OpsError, preflight.ConfigError) as exc:
+        print(f"error: {scrub(exc.message)}", file=sys.stderr)
+        return EXIT_SERVE
+    configure_logging(settings.log_level, settings.log_format)
     # Our one startup line (below) replaces uvicorn's own chatter; its warnings and errors still show.
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
     if warning := _shares_key_warning(settings):
@@ -671,6 +804,88 @@ def serve(settings: Settings) -> int:
     server.run()
     log.info("switchboard stopped")
     return 0
+
+
+def _call(args: argparse.Namespace) -> int:
+    from switchboard.call import CallError, call_tool, parse_arguments
+
+    try:
+        arguments = parse_arguments(args.arguments)
+    except CallError as exc:
+        raise CliError(str(exc)) from None
+    token = sys.stdin.readline().strip()
+    if not token:
+        raise CliError("no token on stdin (pass the endpoint's token as the first line of stdin)")
+    url = args.url or preflight.local_url(_settings(args)) + "/mcp"
+    try:
+        ok, data = asyncio.run(call_tool(url, token, args.tool, arguments))
+    except Exception as exc:  # the SDK's transport errors: name them, never the token
+        raise CliError(f"{url}: call failed ({type(exc).__name__})", "unavailable", EXIT_FAILED) from None
+    if not ok:
+        code = str(data.get("code") or "tool_error")
+        if args.json:
+            print(json.dumps({"error": code, "result": data}))
+        print(f"error: {args.tool}: {scrub(json.dumps(data))}", file=sys.stderr)
+        return EXIT_FAILED
+    print(json.dumps(data) if args.json else json.dumps(data, indent=2))
+    return 0
+
+
+def _hook_secret(args: argparse.Namespace) -> str:
+    secret = args.secret or os.environ.get("SWITCHBOARD_HOOK_SECRET", "")
+    if not secret.startswith("whsec_"):
+        raise CliError("give the hook's signing secret (whsec_...) in SWITCHBOARD_HOOK_SECRET or --secret")
+    return str(secret)
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from switchboard.receiver import NotVerified, parse_request, verify
+
+    secret = _hook_secret(args)
+    try:
+        headers, body = parse_request(sys.stdin.buffer.read())
+        payload = verify(secret, body, headers)
+    except NotVerified as exc:
+        raise CliError(f"signature does not verify ({exc})", "not_verified", EXIT_FAILED) from None
+    print(json.dumps({"verified": True, "webhook-id": headers.get("webhook-id"), "payload": payload}))
+    return 0
+
+
+def _listen(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from switchboard.receiver import listen_app
+
+    secret = _hook_secret(args)
+    if bool(args.cert) != bool(args.key):
+        raise CliError("--cert and --key go together")
+    scheme = "https" if args.cert else "http"
+    print(f"listening on {scheme}://{args.host}:{args.port}/ (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    uvicorn.run(
+        listen_app(secret),
+        host=args.host,
+        port=args.port,
+        ssl_certfile=args.cert,
+        ssl_keyfile=args.key,
+        log_level="warning",
+        access_log=False,
+    )
+    return 0
+
+
+def _wait_ready(args: argparse.Namespace) -> int:
+    url = args.url or preflight.local_url(_settings(args))
+    ready, answer = preflight.wait_ready(url, args.timeout)
+    if not ready:
+        raise CliError(f"{url} not ready after {args.timeout:g} s: {answer}", "not_ready", EXIT_FAILED)
+    print(f"switchboard is ready at {url}")
+    return 0
+
+
+def _preflight(settings: Settings) -> None:
+    """The checks that make a misconfigured start fail at once with one line (docs/self-hosting.md)."""
+    preflight.check(settings)
+    asyncio.run(ops.check_schema(settings, settings.resolved_database_url()))
 
 
 def _listen_url(settings: Settings, server: Any) -> str:

@@ -6,6 +6,7 @@ import os
 import socket
 import ssl
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from switchboard.clock import Clock, SystemClock
@@ -52,6 +53,14 @@ class Services:
             await self.db.dispose()
 
 
+def outbound_ssl_context(ca_bundle: Path) -> ssl.SSLContext:
+    """The system trust store plus the operator's private CA(s) (SWITCHBOARD_CA_BUNDLE), for every outbound
+    call (notify hooks, A2A push). Unlike SSL_CERT_FILE, which replaces the system store, this adds."""
+    context = ssl.create_default_context()
+    context.load_verify_locations(cafile=str(ca_bundle))
+    return context
+
+
 def build_services(
     settings: Settings,
     *,
@@ -60,6 +69,8 @@ def build_services(
     ssl_context: ssl.SSLContext | None = None,
 ) -> Services:
     clock = clock or SystemClock()
+    if ssl_context is None and settings.ca_bundle is not None:
+        ssl_context = outbound_ssl_context(settings.ca_bundle)
     instance_id = settings.instance_id or f"{socket.gethostname()}-{os.getpid()}-{new_id('i')[-6:]}"
     metrics = Metrics()
     if settings.data_dir.exists() or settings.cred_key is None or not settings.database_url:

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import os
+import ssl
 from pathlib import Path
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MAX_AUTO_NOTIFY_PROCESSES = 4
+DATABASE_URL_PREFIXES = (
+    "postgresql://",
+    "postgres://",
+    "postgresql+asyncpg://",
+    "sqlite://",
+    "sqlite+aiosqlite://",
+)
+DATABASE_URL_FORMS = "postgresql://USER:PASSWORD@HOST:PORT/DB or sqlite:///PATH"
 
 
 class Settings(BaseSettings):
@@ -22,6 +31,11 @@ class Settings(BaseSettings):
     public_url: str | None = None
     cred_key: str | None = None
     instance_id: str | None = None
+    # Bring a behind schema to head when serve (or an admin command) starts; off: refuse and name
+    # `switchboard db upgrade` (docs/self-hosting.md, "Upgrades").
+    auto_upgrade: bool = True
+    log_level: str = "INFO"  # DEBUG | INFO | WARNING | ERROR (docs/self-hosting.md, "Observability")
+    log_format: str = "json"  # json | text
 
     lease_seconds: int = 300
     max_lease_seconds: int = 3600
@@ -46,6 +60,8 @@ class Settings(BaseSettings):
     inbound_priority_max_defer_ms: int = 0  # opt-in: docs/benchmarks.md found no gain on 2 cores
 
     push_allow_http: bool = False
+    # PEM file of private CA(s) trusted for outbound HTTPS in addition to the system store.
+    ca_bundle: Path | None = None
     notify_hook_allow_cidrs: str = ""
     notify_hook_ceiling: int = 5
     notify_queue_size: int = 10_000
@@ -85,6 +101,37 @@ class Settings(BaseSettings):
     oauth_access_token_seconds: int = 3600
     oauth_refresh_token_days: float = 30.0
     oauth_registrations_per_hour: int = 20
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url_form(cls, value: str | None) -> str | None:
+        if value and not value.startswith(DATABASE_URL_PREFIXES):
+            raise ValueError(f"accepted forms: {DATABASE_URL_FORMS}")  # never echo it: it may hold a password
+        return value
+
+    @field_validator("ca_bundle")
+    @classmethod
+    def _ca_bundle_loads(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            try:
+                ssl.create_default_context().load_verify_locations(cafile=str(value))
+            except (OSError, ssl.SSLError):
+                raise ValueError(f"{value}: not a readable PEM file of CA certificates") from None
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, value: str) -> str:
+        if value.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise ValueError("accepted: DEBUG, INFO, WARNING or ERROR")
+        return value.upper()
+
+    @field_validator("log_format")
+    @classmethod
+    def _log_format(cls, value: str) -> str:
+        if value.lower() not in ("json", "text"):
+            raise ValueError("accepted: json or text")
+        return value.lower()
 
     @field_validator("listen")
     @classmethod

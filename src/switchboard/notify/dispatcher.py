@@ -586,6 +586,7 @@ class Dispatcher:
         duration = time.monotonic() - started
         self.metrics.notify_attempts.labels("2xx").inc()
         self._end(n, "delivered")
+        self.metrics.notify_delivery_seconds.observe(time.monotonic() - n.started)
         log.info(
             "notify attempt",
             hook_id=n.hook_id,

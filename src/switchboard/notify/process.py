@@ -144,9 +144,13 @@ class RemoteDispatcher:
         """Move this process's series by what child ``index`` reported: counters by the increments,
         gauges to the sum over the children (only the relayed series)."""
         for attr, op, labels, value in changes:
-            if attr not in RELAYED or op not in ("inc", "set"):
+            if attr not in RELAYED or op not in ("inc", "set", "merge"):
                 continue
             series = getattr(self.metrics, attr)
+            if op == "merge":  # a histogram's bucket or sum increment (obs.metrics.MergeableHistogram)
+                sample = str(labels.pop("__sample", ""))
+                series.merge(sample, labels, float(value))
+                continue
             target = series.labels(**labels) if labels else series
             if op == "inc":
                 target.inc(float(value))

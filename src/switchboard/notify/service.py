@@ -8,6 +8,7 @@ from typing import Any
 
 from switchboard.notify.errors import CeilingExceeded, InvalidHook
 from switchboard.notify.store import Hook, HookStore
+from switchboard.obs.audit import audit
 from switchboard.push import TargetRejected, Validator
 from switchboard.store.accounts import QUEUE, Endpoint
 
@@ -59,6 +60,7 @@ class NotifyHooks:
         except TargetRejected as err:
             raise InvalidHook(f"url refused ({err.reason}): {err}") from None
         hook, secret = await self.store.create(endpoint.id, url, wanted, ignore_presence, self.ceiling)
+        audit("hook.create", actor=endpoint.id, endpoint_id=endpoint.id, hook_id=hook.id)
         return {
             "hook_id": hook.id,
             "url": hook.url_display,
@@ -74,6 +76,7 @@ class NotifyHooks:
 
     async def rotate(self, endpoint: Endpoint, hook_id: object) -> dict[str, Any]:
         hook, secret = await self.store.rotate(endpoint.id, _hook_id(hook_id))
+        audit("hook.rotate", actor=endpoint.id, endpoint_id=endpoint.id, hook_id=hook.id)
         return {
             "hook_id": hook.id,
             "enabled": hook.enabled,
@@ -86,6 +89,7 @@ class NotifyHooks:
     async def delete(self, endpoint: Endpoint, hook_id: object) -> dict[str, Any]:
         hid = _hook_id(hook_id)
         await self.store.delete(endpoint.id, hid)
+        audit("hook.delete", actor=endpoint.id, endpoint_id=endpoint.id, hook_id=hid)
         return {"hook_id": hid, "deleted": True}
 
 

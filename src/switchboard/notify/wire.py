@@ -26,6 +26,7 @@ RELAYED = (
     "notify_disabled",
     "notify_worker_errors",
     "notify_queue_depth",
+    "notify_delivery_seconds",
 )
 
 _TRANSITION_FIELDS = tuple(f.name for f in dataclasses.fields(Transition))
@@ -68,6 +69,8 @@ class MetricDeltas:
                 for sample in family.samples:
                     if family.type == "counter" and not sample.name.endswith("_total"):
                         continue  # _created
+                    if family.type == "histogram" and not sample.name.endswith(("_bucket", "_sum")):
+                        continue  # _count (the +Inf bucket) and _created
                     key = (attr, sample.name, tuple(sorted(sample.labels.items())))
                     before = self._seen.get(key, 0.0)
                     if sample.value == before:
@@ -75,6 +78,10 @@ class MetricDeltas:
                     self._seen[key] = sample.value
                     if family.type == "counter":
                         changes.append([attr, "inc", sample.labels, sample.value - before])
+                    elif family.type == "histogram":
+                        changes.append(
+                            [attr, "merge", {**sample.labels, "__sample": sample.name}, sample.value - before]
+                        )
                     else:
                         changes.append([attr, "set", sample.labels, sample.value])
         return changes

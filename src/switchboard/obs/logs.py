@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import sys
 import time
@@ -68,6 +69,25 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+class TextFormatter(JsonFormatter):
+    """One human-readable line per event (SWITCHBOARD_LOG_FORMAT=text): the same facts, scrubbed the
+    same way, as ``ts level logger event key=value ...``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = json.loads(super().format(record))
+        head = [
+            entry.pop("ts"),
+            entry.pop("level").upper().ljust(7),
+            entry.pop("logger") + ":",
+            entry.pop("event"),
+        ]
+        tail = [
+            f"{key}={json.dumps(value) if isinstance(value, str) and (' ' in value or not value) else value}"
+            for key, value in entry.items()
+        ]
+        return " ".join(head + tail)
+
+
 class BoundLogger:
     """A thin wrapper that passes keyword facts as structured fields."""
 
@@ -105,13 +125,24 @@ def quiet_noisy_loggers() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def configure_logging(level: str = "INFO") -> None:
-    """JSON lines on stderr for the switchboard loggers and the servers we embed."""
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_FORMATS = ("json", "text")
+
+
+def configure_logging(level: str | None = None, fmt: str | None = None) -> None:
+    """Log lines on stderr for the switchboard loggers and the servers we embed: JSON (default) or text.
+
+    Unset arguments come from SWITCHBOARD_LOG_LEVEL and SWITCHBOARD_LOG_FORMAT (already validated by
+    Settings in the server; read here so the notify worker children, which inherit the environment, log
+    the same way)."""
+    level = (level or os.environ.get("SWITCHBOARD_LOG_LEVEL") or "INFO").upper()
+    fmt = (fmt or os.environ.get("SWITCHBOARD_LOG_FORMAT") or "json").lower()
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
+    handler.setFormatter(TextFormatter() if fmt == "text" else JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level)
+    root.setLevel(level if level in LOG_LEVELS else "INFO")
+    logging.getLogger("switchboard.audit").setLevel(logging.INFO)  # obs.audit: not subject to the level
     quiet_noisy_loggers()
     # uvicorn's access log prints full request lines, query strings included: keep it off.
     logging.getLogger("uvicorn.access").disabled = True

@@ -6,7 +6,28 @@ test process do not share counters.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+import bisect
+import math
+import threading
+from collections.abc import Iterable, Sequence
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.core import HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from switchboard import __version__
+
+# Delivery latency runs from seconds (a receiver on the LAN) to hours (retries with backoff).
+DELIVERY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0)
+REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 class Metrics:
@@ -115,5 +136,93 @@ class Metrics:
             registry=r,
         )
 
+        # Operations (docs/self-hosting.md, "Observability").
+        Gauge("switchboard_build_info", "The running build (value 1).", ["version"], registry=r).labels(
+            __version__
+        ).set(1)
+        ProcessCollector(registry=r)  # process_cpu_seconds_total, process_resident_memory_bytes, fds...
+        PlatformCollector(registry=r)  # python_info
+        self.queue_backlog = Gauge(
+            "switchboard_queue_backlog",
+            "Todos waiting on a queue (pending, or failed and due for retry), across every tenant, as of "
+            'this scrape. Queue names beyond the largest METRICS_MAX_QUEUES are summed as queue="_other".',
+            ["queue"],
+            registry=r,
+        )
+        self.queue_oldest_pending = Gauge(
+            "switchboard_queue_oldest_pending_seconds",
+            "Age of the oldest pending todo on a queue, as of this scrape (0 when none is pending).",
+            ["queue"],
+            registry=r,
+        )
+        self.queue_stats_errors = Counter(
+            "switchboard_queue_stats_errors_total",
+            "Scrapes whose queue statistics could not be read (the queue gauges kept their last values).",
+            registry=r,
+        )
+        # Observed where the notification is delivered: in a notify worker child by default, whose
+        # bucket counts are relayed here (switchboard.notify.wire), hence mergeable.
+        self.notify_delivery_seconds = MergeableHistogram(
+            "switchboard_notify_hook_delivery_seconds",
+            "From the committed transition's match to the receiver's 2xx, per delivered notify-hook "
+            "notification (retries included).",
+            DELIVERY_BUCKETS,
+            registry=r,
+        )
+        self.mcp_request_seconds = Histogram(
+            "switchboard_mcp_request_seconds",
+            "MCP requests on /mcp from arrival to the end of the response, by JSON-RPC method and tool "
+            '(verb="" for methods other than tools/call).',
+            ["method", "verb"],
+            buckets=REQUEST_BUCKETS,
+            registry=r,
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class MergeableHistogram(Collector):
+    """A label-less histogram that can also take another process's bucket increments (``merge``), so a
+    worker child's observations reach the server's /metrics exactly (prometheus_client's Histogram cannot
+    be added to)."""
+
+    def __init__(
+        self, name: str, documentation: str, buckets: Sequence[float], *, registry: CollectorRegistry
+    ) -> None:
+        self.name, self.documentation = name, documentation
+        self.bounds = (*sorted(buckets), math.inf)
+        self._cumulative = [0.0] * len(self.bounds)
+        self._sum = 0.0
+        self._lock = threading.Lock()
+        registry.register(self)
+
+    def observe(self, value: float) -> None:
+        with self._lock:
+            for i in range(bisect.bisect_left(self.bounds, value), len(self.bounds)):
+                self._cumulative[i] += 1
+            self._sum += value
+
+    def merge(self, sample: str, labels: dict[str, str], delta: float) -> None:
+        """Add a relayed increment of one sample (``<name>_bucket`` with ``le``, or ``<name>_sum``)."""
+        with self._lock:
+            if sample == self.name + "_sum":
+                self._sum += delta
+            elif sample == self.name + "_bucket":
+                le = float(labels["le"])
+                if le in self.bounds:
+                    self._cumulative[self.bounds.index(le)] += delta
+
+    def collect(self) -> Iterable[Metric]:
+        with self._lock:
+            buckets = [(_le(b), c) for b, c in zip(self.bounds, self._cumulative, strict=True)]
+            total = self._sum
+        yield HistogramMetricFamily(self.name, self.documentation, buckets=buckets, sum_value=total)
+
+    def describe(self) -> Iterable[Metric]:
+        yield HistogramMetricFamily(self.name, self.documentation)
+
+
+def _le(bound: float) -> str:
+    """A bucket bound as the exposition format writes it (``0.05``, ``1.0``, ``+Inf``)."""
+    return "+Inf" if math.isinf(bound) else repr(float(bound))

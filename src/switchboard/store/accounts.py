@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import re
@@ -17,6 +18,7 @@ from sqlalchemy import Row, func, insert, select, update
 
 from switchboard.clock import Clock, ms
 from switchboard.ids import new_id
+from switchboard.obs.audit import audit
 from switchboard.store.db import Database
 from switchboard.store.errors import Conflict
 from switchboard.store.schema import endpoints, humans
@@ -28,7 +30,17 @@ TOKEN_PREFIX = "sbt_"
 
 _hasher = PasswordHasher()
 # A valid hash to verify against when the email is unknown, so timing does not reveal which part was wrong.
-_DUMMY_HASH = _hasher.hash("switchboard-dummy-password")
+
+
+def _verify_or_dummy(stored: str | None, password: str) -> bool:
+    return _verify(stored or _dummy_hash(), password)
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    """Verified against when the email is unknown, so timing does not tell. Made on first use: an argon2
+    hash costs ~0.5 s, which every CLI command and a refused ``serve`` paid at import."""
+    return _hasher.hash("switchboard-dummy-password")
 
 
 def _verify(stored: str, password: str) -> bool:
@@ -87,7 +99,9 @@ class AccountStore:
 
     # -- humans ------------------------------------------------------------------------------------
 
-    async def create_human(self, email: str, password: str, *, operator: bool = False) -> str:
+    async def create_human(
+        self, email: str, password: str, *, operator: bool = False, actor: str | None = None
+    ) -> str:
         email = email.strip().lower()
         if not EMAIL.match(email):
             raise ValueError("email is not a valid address")
@@ -104,6 +118,7 @@ class AccountStore:
                     created_at=ms(self.clock.now()),
                 )
             )
+        audit("human.create", actor=actor, human_id=hid, operator=operator)
         return hid
 
     async def human_by_email(self, email: str) -> Row[Any] | None:
@@ -122,14 +137,22 @@ class AccountStore:
     async def check_password(self, email: str, password: str) -> Row[Any] | None:
         """argon2 is deliberately slow (~100 ms): it runs in a worker thread, never on the event loop."""
         row = await self.human_by_email(email)
-        stored = row.password_hash if row else _DUMMY_HASH
-        ok = await asyncio.to_thread(_verify, stored, password)
+        stored = row.password_hash if row else None
+        ok = await asyncio.to_thread(_verify_or_dummy, stored, password)
+        human_id = row.id if row is not None else None
+        audit("login" if ok and row is not None else "login_failed", actor=human_id, human_id=human_id)
         return row if ok and row is not None else None
 
     # -- endpoints ---------------------------------------------------------------------------------
 
     async def vend_endpoint(
-        self, human_id: str, slug: str, queues: Sequence[str], verbs: Sequence[str]
+        self,
+        human_id: str,
+        slug: str,
+        queues: Sequence[str],
+        verbs: Sequence[str],
+        *,
+        actor: str | None = None,
     ) -> tuple[Endpoint, str]:
         """Create an endpoint and return its bearer token. The token is never stored or shown again."""
         from switchboard.verbs import unknown_verbs
@@ -179,6 +202,9 @@ class AccountStore:
                 )
             )
             row = (await conn.execute(select(endpoints).where(endpoints.c.id == eid))).one()
+        audit(
+            "token.vend", actor=actor or human_id, endpoint_id=eid, human_id=human_id, verbs=",".join(verbs)
+        )
         return Endpoint.from_row(row), token
 
     async def endpoint_by_token(self, token: str) -> Endpoint | None:
@@ -207,7 +233,12 @@ class AccountStore:
             return [Endpoint.from_row(r) for r in (await conn.execute(stmt)).all()]
 
     async def set_scope(
-        self, endpoint_id: str, *, verbs: Sequence[str] | None = None, queues: Sequence[str] | None = None
+        self,
+        endpoint_id: str,
+        *,
+        verbs: Sequence[str] | None = None,
+        queues: Sequence[str] | None = None,
+        actor: str | None = None,
     ) -> None:
         values: dict[str, Any] = {"updated_at": ms(self.clock.now())}
         if verbs is not None:
@@ -216,8 +247,15 @@ class AccountStore:
             values["queues"] = json.dumps(sorted(set(queues)))
         async with self.db.begin() as conn:
             await conn.execute(update(endpoints).where(endpoints.c.id == endpoint_id).values(**values))
+        audit(
+            "endpoint.scope",
+            actor=actor,
+            endpoint_id=endpoint_id,
+            verbs=None if verbs is None else ",".join(sorted(set(verbs))),
+            queues=None if queues is None else ",".join(sorted(set(queues))),
+        )
 
-    async def revend_token(self, endpoint_id: str) -> str:
+    async def revend_token(self, endpoint_id: str, *, actor: str | None = None) -> str:
         token = mint_token()
         async with self.db.begin() as conn:
             await conn.execute(
@@ -225,12 +263,14 @@ class AccountStore:
                 .where(endpoints.c.id == endpoint_id)
                 .values(token_hash=hash_token(token), token_hint=token[:8], updated_at=ms(self.clock.now()))
             )
+        audit("token.revend", actor=actor, endpoint_id=endpoint_id)
         return token
 
-    async def revoke_token(self, endpoint_id: str) -> None:
+    async def revoke_token(self, endpoint_id: str, *, actor: str | None = None) -> None:
         async with self.db.begin() as conn:
             await conn.execute(
                 update(endpoints)
                 .where(endpoints.c.id == endpoint_id)
                 .values(token_hash=None, token_hint=None, updated_at=ms(self.clock.now()))
             )
+        audit("token.revoke", actor=actor, endpoint_id=endpoint_id)

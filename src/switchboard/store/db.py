@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import event, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
@@ -24,6 +28,28 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 _Compiled = tuple[str, tuple[str, ...], dict[str, Any]]
 COMPILED_KEPT = 256  # statements write_returning keeps compiled (SQLite); callers reuse a few
 _MIGRATION_LOCK = 0x5B0A_2D24  # pg_advisory_lock key: one instance migrates at a time
+
+
+@dataclass(frozen=True)
+class SchemaStatus:
+    """Where a database's schema stands against the migrations this build ships."""
+
+    current: str | None  # the database's alembic revision; None for an empty database
+    head: str  # the newest revision this build knows
+    known: bool  # False: the database was migrated by a newer build (or another program)
+
+    @property
+    def state(self) -> str:
+        """``empty``, ``behind``, ``head`` or ``unknown``."""
+        if self.current is None:
+            return "empty"
+        if not self.known:
+            return "unknown"
+        return "head" if self.current == self.head else "behind"
+
+
+class SchemaMismatch(Exception):
+    """The schema is one this build must not run on; the message names the command that fixes it."""
 
 
 class Database:
@@ -114,8 +140,21 @@ class Database:
         except (OperationalError, InterfaceError, OSError, ConnectionError) as exc:
             raise StoreUnavailable("database unavailable") from exc
 
+    async def schema_status(self) -> SchemaStatus:
+        """The database's revision against this build's head (one small read). A SQLite file that does
+        not exist yet is an empty database; looking does not create it (or its folder)."""
+        if self.is_sqlite:
+            db_path = self.engine.url.database
+            if db_path and db_path != ":memory:" and not await asyncio.to_thread(Path(db_path).exists):
+                return SchemaStatus(current=None, head=_head(), known=True)
+        async with self.read() as conn:
+            return await conn.run_sync(_status)
+
     async def migrate(self) -> None:
-        """Bring the schema to head. On PostgreSQL an advisory lock serialises concurrent starts."""
+        """Bring the schema to head. On PostgreSQL an advisory lock serialises concurrent starts.
+
+        Refuses (``SchemaMismatch``) a database stamped with a revision this build does not ship: its
+        tables are a newer build's, and running old code or old migrations on them would corrupt data."""
         if self.is_sqlite:
             db_path = self.engine.url.database
             if db_path and db_path != ":memory:":
@@ -123,7 +162,11 @@ class Database:
         async with self._writer.begin() as conn:
             if not self.is_sqlite:
                 await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
-            await conn.run_sync(_upgrade)
+            status = await conn.run_sync(_status)
+            if status.state == "unknown":
+                raise SchemaMismatch(unknown_schema_message(status))
+            if status.state != "head":
+                await conn.run_sync(_upgrade)
 
     async def dispose(self) -> None:
         await self.engine.dispose()
@@ -133,6 +176,35 @@ def _upgrade(sync_conn: Connection) -> None:
     cfg = alembic_config()
     cfg.attributes["connection"] = sync_conn
     command.upgrade(cfg, "head")
+
+
+def _head() -> str:
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+def _status(sync_conn: Connection) -> SchemaStatus:
+    script = ScriptDirectory.from_config(alembic_config())
+    head = script.get_current_head()
+    assert head is not None
+    current = MigrationContext.configure(sync_conn).get_current_revision()
+    known = current is None or current in {rev.revision for rev in script.walk_revisions()}
+    return SchemaStatus(current=current, head=head, known=known)
+
+
+def unknown_schema_message(status: SchemaStatus) -> str:
+    return (
+        f"the database schema is at revision {status.current!r}, which this build of switchboard does not "
+        f"know (its newest is {status.head!r}): run the newer switchboard that migrated it, or restore a backup"
+    )
+
+
+def behind_schema_message(status: SchemaStatus) -> str:
+    return (
+        f"the database schema is at revision {status.current or 'none (empty)'!r}, this build needs "
+        f"{status.head!r}: run `switchboard db upgrade` (SWITCHBOARD_AUTO_UPGRADE is off)"
+    )
 
 
 def alembic_config() -> Config:

@@ -1,6 +1,6 @@
 """operator console: todo events, backlog samples, human invites
 
-Revision ID: 0005
+Revision ID: console
 Revises: 0004
 """
 
@@ -8,7 +8,7 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0005'
+revision = 'console'
 down_revision = '0004'
 branch_labels = None
 depends_on = None

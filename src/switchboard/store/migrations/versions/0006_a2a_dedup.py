@@ -1,15 +1,15 @@
 """a2a: messageId dedup, task event log for streaming, default queue, longer ids (issue 20)
 
-Revision ID: 0006
-Revises: 0005
+Revision ID: a2a_dedup
+Revises: console
 """
 
 from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0006'
-down_revision = '0005'
+revision = 'a2a_dedup'
+down_revision = 'console'
 branch_labels = None
 depends_on = None
 
