@@ -38,7 +38,6 @@ def outage() -> Iterator[tuple[Conf, PostgresServer]]:
     pg.start()
     try:
         url = pg.create_database("req12_outage")
-        FLEET.users[OUTAGE.name] = 1
         conf = FLEET.get(OUTAGE, url)
         yield conf, pg
         if not pg.is_running:
