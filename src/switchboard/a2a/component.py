@@ -87,6 +87,8 @@ class A2AComponent:
             retry_cap=s.a2a_push_retry_cap_seconds,
             poll_seconds=s.a2a_push_poll_seconds,
             retention_seconds=s.a2a_push_retention_hours * 3600,
+            # The sweep runs every 5 minutes, or every quarter of a shorter retention (docs/a2a.md).
+            cleanup_seconds=min(300.0, max(1.0, s.a2a_push_retention_hours * 3600 / 4)),
             slow_timeout=s.a2a_push_slow_timeout_seconds,
             order_wait_seconds=s.a2a_push_order_wait_seconds,
             lease_seconds=max(60.0, 2 * s.a2a_push_slow_timeout_seconds + 10),
