@@ -28,6 +28,7 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
+from switchboard.audit import audit
 from switchboard.ingest.derive import valid_kind
 from switchboard.ingest.verify import mint_path_token, mint_source_secret
 from switchboard.obs import configure_logging, get_logger
@@ -196,9 +197,74 @@ async def _emails(services: Services) -> dict[str, str]:
 async def human_create(services: Services, args: argparse.Namespace) -> Output:
     if await services.accounts.human_by_email(args.email):
         raise CliError(f"a human with email {args.email!r} exists", "conflict", EXIT_FAILED)
-    await services.accounts.create_human(args.email, args.password)
+    await services.accounts.create_human(args.email, args.password, operator=args.operator)
     human = _human_json(await _require_human(services, args.email))
-    return Output({"human": human}, f"created human {human['email']} ({human['id']})")
+    if not human["operator"] and not any(r.is_operator for r in await services.accounts.list_humans()):
+        _warn(
+            "no human is an instance operator: grant the role with `switchboard human operator grant EMAIL`"
+        )
+    role = " as an instance operator" if human["operator"] else ""
+    return Output({"human": human}, f"created human {human['email']} ({human['id']}){role}")
+
+
+# The console's account operations: each one AdminStore call, the same the web console makes.
+
+
+async def human_operator(services: Services, args: argparse.Namespace) -> Output:
+    row = await _require_human(services, args.email)
+    grant = args.role == "grant"
+    changed = await services.admin.set_operator(row.id, grant)
+    if changed:
+        audit("human.operator_grant" if grant else "human.operator_revoke", "cli", human_id=row.id)
+    human = _human_json(await _require_human(services, args.email))
+    verb = ("granted" if grant else "revoked") if changed else "unchanged"
+    return Output({"human": human, "changed": changed}, f"operator role {verb} for {human['email']}")
+
+
+async def human_delete(services: Services, args: argparse.Namespace) -> Output:
+    row = await _require_human(services, args.email)
+    gone = await services.admin.delete_human(row.id)
+    audit("human.delete", "cli", human_id=row.id, **gone)
+    what = ", ".join(f"{n} {k}" for k, n in gone.items())
+    return Output({"deleted": _human_json(row), "with": gone}, f"deleted human {row.email} with {what}")
+
+
+async def human_password(services: Services, args: argparse.Namespace) -> Output:
+    row = await _require_human(services, args.email)
+    await services.admin.set_password(row.id, args.password)
+    audit("human.password", "cli", human_id=row.id)
+    return Output({"human": _human_json(row)}, f"password set for {row.email}; their sessions were ended")
+
+
+async def human_sign_out(services: Services, args: argparse.Namespace) -> Output:
+    row = await _require_human(services, args.email)
+    ended = await services.admin.end_sessions(row.id)
+    audit("human.sign_out_everywhere", "cli", human_id=row.id, sessions=ended)
+    return Output(
+        {"human": _human_json(row), "sessions_ended": ended}, f"ended {ended} sessions of {row.email}"
+    )
+
+
+async def endpoint_delete(services: Services, args: argparse.Namespace) -> Output:
+    endpoint = await services.accounts.endpoint_by_slug(args.slug)
+    if endpoint is None:
+        raise CliError(f"no endpoint with slug {args.slug!r}", "not_found", EXIT_FAILED)
+    gone = await services.admin.delete_endpoint(endpoint.id)
+    audit("endpoint.delete", "cli", endpoint_id=endpoint.id, slug=endpoint.slug, **gone)
+    what = ", ".join(f"{n} {k}" for k, n in gone.items())
+    return Output({"deleted": endpoint.slug, "with": gone}, f"deleted endpoint {endpoint.slug} with {what}")
+
+
+async def source_delete(services: Services, args: argparse.Namespace) -> Output:
+    source = next((s for s in await services.sources.list_sources() if s.slug == args.slug), None)
+    if source is None:
+        raise CliError(f"no source with slug {args.slug!r}", "not_found", EXIT_FAILED)
+    gone = await services.admin.delete_source(source.id)
+    audit("source.delete", "cli", source_id=source.id, slug=source.slug, **gone)
+    return Output(
+        {"deleted": source.slug, "with": gone},
+        f"deleted source {source.slug} with {gone['routes']} routes; its {gone['todos']} todos stay",
+    )
 
 
 async def human_list(services: Services, args: argparse.Namespace) -> Output:
@@ -366,7 +432,18 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="read the password from the first line of stdin (at least 10 characters)",
     )
+    cmd.add_argument("--operator", action="store_true", help="make the human an instance operator")
     command(humans, "list", human_list, "list humans")
+    cmd = command(humans, "operator", human_operator, "grant or revoke the instance operator role")
+    cmd.add_argument("role", choices=("grant", "revoke"))
+    cmd.add_argument("email", type=_email, metavar="EMAIL")
+    cmd = command(humans, "delete", human_delete, "delete a human with their endpoints and sources")
+    cmd.add_argument("email", type=_email, metavar="EMAIL")
+    cmd = command(humans, "password", human_password, "set a human's password (read from stdin)")
+    cmd.add_argument("email", type=_email, metavar="EMAIL")
+    cmd.add_argument("--password-stdin", action="store_true", required=True, help="read it from stdin")
+    cmd = command(humans, "sign-out", human_sign_out, "end every browser session of a human")
+    cmd.add_argument("email", type=_email, metavar="EMAIL")
 
     endpoints = group("endpoint", "vend and list endpoints")
     cmd = command(endpoints, "vend", endpoint_vend, "vend an endpoint and print its token once")
@@ -378,6 +455,8 @@ def build_parser() -> argparse.ArgumentParser:
     grant.add_argument("--default-grant", action="store_true", help=f"grant {', '.join(DEFAULT_GRANT)}")
     cmd = command(endpoints, "list", endpoint_list, "list endpoints (never their tokens)")
     cmd.add_argument("--human", metavar="EMAIL", help="only this human's endpoints")
+    cmd = command(endpoints, "delete", endpoint_delete, "delete an endpoint with its todos, hooks, routes")
+    cmd.add_argument("slug", type=_slug, metavar="SLUG")
 
     sources = group("source", "register and list inbound webhook sources")
     cmd = command(sources, "create", source_create, "register a source and print its secret once")
@@ -386,6 +465,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--kind", required=True, choices=KINDS)
     cmd.add_argument("--trust", required=True, choices=TRUSTS)
     command(sources, "list", source_list, "list sources (never their secrets)")
+    cmd = command(sources, "delete", source_delete, "delete a source and its routes (its todos stay)")
+    cmd.add_argument("slug", type=_slug, metavar="SLUG")
 
     routes = group("route", "map sources to queues and endpoints")
     cmd = command(routes, "create", route_create, "route a source's deliveries to a queue and endpoint")

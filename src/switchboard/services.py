@@ -14,6 +14,8 @@ from switchboard.ids import new_id
 from switchboard.obs.metrics import Metrics
 from switchboard.settings import Settings
 from switchboard.store.accounts import AccountStore
+from switchboard.store.admin import AdminStore
+from switchboard.store.console import ConsoleStore
 from switchboard.store.db import Database
 from switchboard.store.presence import PresenceStore
 from switchboard.store.sources import SourceStore
@@ -34,6 +36,8 @@ class Services:
     sources: SourceStore
     presence: PresenceStore
     instance_id: str
+    admin: AdminStore
+    console: ConsoleStore
     # Outbound seams tests inject: a DNS resolver for switchboard.push and a TLS context trusting test CAs.
     resolver: Any = None
     ssl_context: ssl.SSLContext | None = None
@@ -73,6 +77,8 @@ def build_services(
         sources=SourceStore(db, envelope, clock),
         presence=PresenceStore(db, clock),
         instance_id=instance_id,
+        admin=AdminStore(db, clock),
+        console=ConsoleStore(db, clock),
         resolver=resolver,
         ssl_context=ssl_context,
     )

@@ -87,3 +87,58 @@ async def shoot(page: Any, name: str) -> None:
     """Save a full-page screenshot of the current page under docs/screenshots/."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     await page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+# axe-core, pinned, from the npm registry with the ordinary client into a cache folder (never a CDN);
+# injected into the page under test with add_script_tag.
+AXE_VERSION = "4.11.0"
+AXE_CACHE = Path(os.environ.get("SWITCHBOARD_TEST_CACHE", Path.home() / ".cache" / "switchboard-tests"))
+WIDTHS = {"phone": {"width": 390, "height": 844}, "desktop": {"width": 1280, "height": 860}}
+
+
+@pytest.fixture(scope="session")
+def axe_source() -> str:
+    import subprocess
+
+    prefix = AXE_CACHE / f"axe-core-{AXE_VERSION}"
+    script = prefix / "node_modules" / "axe-core" / "axe.min.js"
+    if not script.exists():
+        npm = shutil.which("npm")
+        if npm is None:
+            pytest.fail(
+                "npm is needed to install axe-core for the accessibility checks (apt-get install npm)"
+            )
+        prefix.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [npm, "install", "--no-audit", "--no-fund", "--prefix", str(prefix), f"axe-core@{AXE_VERSION}"],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+    return script.read_text()
+
+
+async def fits_and_passes_axe(page: Any, axe: str, label: str) -> list[str]:
+    """What is wrong with the page: horizontal scroll at its viewport width, and each axe-core WCAG 2.1
+    A/AA violation (colour contrast and labels included). Empty when the page is fine."""
+    problems: list[str] = []
+    widths = await page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+    if widths[0] > widths[1]:
+        wide = await page.evaluate(
+            """() => Array.from(document.querySelectorAll('body *'))
+                .filter(e => e.getBoundingClientRect().right > window.innerWidth + 1)
+                .slice(0, 6).map(e => e.tagName.toLowerCase() + '.' + e.className)"""
+        )
+        problems.append(f"{label}: {widths[0]} px wide in a {widths[1]} px viewport; too wide: {wide}")
+    if not await page.evaluate("() => typeof window.axe !== 'undefined'"):
+        await page.add_script_tag(content=axe)
+    result = await page.evaluate(
+        """async () => {
+            const r = await axe.run(document, {runOnly: {type: 'tag',
+                values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa']}, resultTypes: ['violations']});
+            return r.violations.map(v => ({id: v.id, impact: v.impact,
+                nodes: v.nodes.slice(0, 3).map(n => n.target.join(' ') + ' :: ' + n.failureSummary)}));
+        }"""
+    )
+    problems += [f"{label}: axe {v}" for v in result]
+    return problems

@@ -1,5 +1,5 @@
-"""The main pages with a lived-in tenant, in Chromium: they render, their local times are rewritten
-by the shipped script, and each is saved as a screenshot (docs/screenshots/ with SWITCHBOARD_SCREENSHOTS=1)."""
+"""The main pages with a lived-in tenant, in Chromium: they render and their local times are rewritten
+by the shipped script. (The screenshots of every page, at both widths, come from test_console.py.)"""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from playwright.async_api import expect
 from switchboard.notify.component import NotifyComponent
 from switchboard.store.todos import NewTodo
 from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
-from tests.browser.conftest import shoot
 from tests.integration.web.helpers import PASSWORD, Human, ManualFlow
 from tests.support.server import Instance
 
@@ -87,7 +86,6 @@ async def seed(server: Instance) -> None:
 async def test_main_pages(page: Any, server: Instance) -> None:
     await seed(server)
     await page.goto(server.base_url + "/login")
-    await shoot(page, "login")
     await page.get_by_label("Email").fill(EMAIL)
     await page.get_by_label("Password").fill(PASSWORD)
     await page.get_by_role("button", name="Sign in").click()
@@ -97,20 +95,16 @@ async def test_main_pages(page: Any, server: Instance) -> None:
     # The shipped script rewrote the UTC fallback into the viewer's zone (Europe/Berlin here).
     await expect(page.locator("time").first).not_to_contain_text("UTC")
     await expect(page.locator("#viewer-zone")).to_have_text("Europe/Berlin")
-    await shoot(page, "endpoints")
 
     await page.get_by_role("link", name="review-bot").click()
     await expect(page.locator("#hooks tbody tr")).to_have_count(3)
     await expect(page.locator("#hooks")).to_contain_text("consecutive_failures")
     await expect(page.locator("#connections")).to_contain_text("Manual client")
     await expect(page.locator("#todos tbody tr")).to_have_count(5)
-    await shoot(page, "endpoint-card")
 
     await page.goto(server.base_url + "/sources")
     await expect(page.locator("body")).to_contain_text("quarantined")
-    await shoot(page, "sources")
 
     await page.goto(server.base_url + "/instance")
     await expect(page.get_by_role("heading", name="Instance")).to_be_visible()
     await expect(page.locator("body")).not_to_contain_text("their-agent")
-    await shoot(page, "instance")

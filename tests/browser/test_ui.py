@@ -55,7 +55,6 @@ async def test_sign_in_vend_through_the_wizard_and_see_the_outbound_group(
         await expect(box).to_be_visible()
         await expect(box).not_to_be_checked()
     await expect(page.locator("fieldset[data-group=consumer]").get_by_label("claim_next")).to_be_checked()
-    await shoot(page, "vend-wizard")
 
     await page.get_by_label("Slug").fill("review-bot")
     await page.get_by_label("Queues").fill("inbox, reviews")
@@ -116,7 +115,6 @@ async def test_another_humans_endpoint_is_not_found(page: Any, server: Instance)
     assert response is not None and response.status == 404
     await expect(page.get_by_role("heading", name="Not found")).to_be_visible()
     await expect(page.locator("body")).not_to_contain_text("hooks.example.com")
-    await shoot(page, "not-found")
 
     # A forged form post with this human's own valid CSRF token changes nothing either.
     csrf = await page.locator("input[name=csrf]").first.get_attribute("value")
@@ -160,7 +158,6 @@ async def test_oauth_consent_in_the_browser(page: Any, server: Instance) -> None
             ).not_to_be_checked()
         await page.get_by_label("Slug").fill("inspector")
         await page.locator("fieldset[data-group=consumer]").get_by_label("self_test").uncheck()
-        await shoot(page, "oauth-consent")
         await page.get_by_role("button", name="Approve").click()
 
     async def callback_handler() -> AuthorizationCodeResult:

@@ -35,8 +35,9 @@ from a2a.utils.errors import TaskNotFoundError
 from sqlalchemy import select
 
 from switchboard.clock import ManualClock
-from switchboard.store.schema import endpoints, notify_hooks, routes, sources, todos
+from switchboard.store.schema import endpoints, humans, notify_hooks, routes, sources, todos
 from switchboard.store.schema_a2a import a2a_push_outbox, a2a_tasks, push_notification_configs
+from switchboard.store.schema_console import human_invites, todo_events
 from switchboard.store.todos import NewTodo
 from switchboard.verbs import ALL_VERBS
 from tests.integration.web.helpers import Human, csrf_of
@@ -54,6 +55,9 @@ TENANT_TABLES = (
     a2a_tasks,
     push_notification_configs,
     a2a_push_outbox,
+    todo_events,
+    human_invites,
+    humans,
 )
 UNKNOWN_TODO = "td_01JZZZZZZZZZZZZZZZZZZZZZZZ"
 UNKNOWN_HOOK = "nh_01JZZZZZZZZZZZZZZZZZZZZZZZ"
@@ -206,6 +210,24 @@ async def list_shows_nothing_of_alice(t: Tenants) -> None:
     assert "alice-ep" not in page and t.alice.source.slug not in page
 
 
+async def console_shows_nothing_of_alice(t: Tenants) -> None:
+    """The console's lists, with and without filters that name Alice's endpoint, queue and source."""
+    for path in (
+        "/queues",
+        "/todos",
+        "/todos?endpoint=alice-ep",
+        f"/todos?source={t.alice.source.slug}",
+        "/todos?queue=inbox&state=pending",
+        "/todos?state=claimed",
+        "/dead-letters",
+    ):
+        r = await t.bob_web.http.get(path)
+        assert r.status_code == 200, (path, r.status_code)
+        for alice_id in (t.pending, t.claimed, t.task, t.hook):
+            assert alice_id not in r.text, (path, alice_id)
+        assert "alice-ep" not in r.text, path
+
+
 async def create_route_into_alice_source(t: Tenants) -> None:
     token = csrf_of((await t.bob_web.http.get("/sources")).text)
     r = await t.bob_web.http.post(
@@ -258,6 +280,24 @@ TABLE: list[Row] = [
     ),
     ("ui", "route delete", ui(lambda t: f"/routes/{t.route}/delete", {})),
     ("ui", "route into alice's source", create_route_into_alice_source),
+    ("ui", "console lists", console_shows_nothing_of_alice),
+    ("ui", "GET todo detail", ui(lambda t: f"/todos/{t.pending}")),
+    ("ui", "GET todo detail (claimed)", ui(lambda t: f"/todos/{t.claimed}")),
+    ("ui", "GET todo detail (A2A task)", ui(lambda t: f"/todos/{t.task}")),
+    ("ui", "todo requeue", ui(lambda t: f"/todos/{t.claimed}/requeue", {})),
+    ("ui", "todo cancel", ui(lambda t: f"/todos/{t.pending}/cancel", {})),
+    ("ui", "GET endpoint delete", ui(lambda t: "/endpoints/alice-ep/delete")),
+    ("ui", "endpoint delete", ui(lambda t: "/endpoints/alice-ep/delete", {})),
+    ("ui", "GET source delete", ui(lambda t: f"/sources/{t.alice.source.slug}/delete")),
+    ("ui", "source delete", ui(lambda t: f"/sources/{t.alice.source.slug}/delete", {})),
+    ("ui", "GET people (not an operator)", ui(lambda t: "/people")),
+    (
+        "ui",
+        "grant operator (not an operator)",
+        ui(lambda t: f"/people/{t.alice.human_id}/operator", {"operator": "on"}),
+    ),
+    ("ui", "remove human (not an operator)", ui(lambda t: f"/people/{t.alice.human_id}/delete", {})),
+    ("ui", "invite (not an operator)", ui(lambda t: "/people/invite", {"email": "mallory@example.com"})),
     ("a2a", "GetTask", a2a(lambda t: t.bob_a2a.get_task(GetTaskRequest(id=t.task)))),
     ("a2a", "CancelTask", a2a(lambda t: t.bob_a2a.cancel_task(CancelTaskRequest(id=t.task)))),
     (

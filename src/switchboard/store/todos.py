@@ -12,15 +12,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Row, and_, case, func, select, update
+from sqlalchemy import Row, and_, case, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from switchboard.clock import Clock, ms
-from switchboard.ids import todo_id
+from switchboard.ids import new_id, todo_id
 from switchboard.store.db import Database
 from switchboard.store.schema import LIVE_DEDUP_PREDICATE, LIVE_STATUSES, todos
+from switchboard.store.schema_console import todo_events
 from switchboard.store.transitions import Transition, TransitionHub
 
 _MOVED = (
@@ -59,6 +60,11 @@ class NewTodo:
 class CreateResult:
     created: list[str]
     deduplicated: int
+
+
+# What an operator may send back to pending: todos that stopped (a claimed todo belongs to its worker
+# until its lease runs out; the reaper requeues it then).
+REQUEUEABLE = ("failed", "dead")
 
 
 class RetryPolicy:
@@ -113,8 +119,34 @@ class TodoStore:
             todos.c.lease_expires_at >= ms(now),
         )
 
-    async def _commit(self, conn: AsyncConnection, transitions: list[Transition]) -> None:
+    async def _commit(
+        self,
+        conn: AsyncConnection,
+        transitions: list[Transition],
+        *,
+        actor: str | None = None,
+        leases: dict[str, int | None] | None = None,
+    ) -> None:
+        """Record each transition in the todo's timeline (``todo_events``) and run the in-transaction
+        handlers, all in the transition's own transaction: the timeline holds exactly what committed."""
         if transitions:
+            await conn.execute(
+                insert(todo_events),
+                [
+                    {
+                        "id": new_id("te"),
+                        "todo_id": t.todo_id,
+                        "transition": t.transition,
+                        "reason": t.reason,
+                        "attempt": t.attempt,
+                        "lease_expires_at": (leases or {}).get(t.todo_id),
+                        "actor": actor,
+                        "instance_id": t.instance_id[:100] or None,
+                        "at": ms(t.at),
+                    }
+                    for t in transitions
+                ],
+            )
             await self.hub.run_in_transaction(conn, transitions)
 
     # -- create ------------------------------------------------------------------------------------
@@ -256,7 +288,7 @@ class TodoStore:
         self.hub.publish(transitions)
         return row
 
-    async def cancel(self, endpoint_id: str, todo: str) -> Row[Any] | None:
+    async def cancel(self, endpoint_id: str, todo: str, *, actor: str | None = None) -> Row[Any] | None:
         now = self.clock.now()
         stmt = (
             update(todos)
@@ -268,13 +300,38 @@ class TodoStore:
             .values(status="canceled", lease_expires_at=None, retry_at=None, updated_at=ms(now))
             .returning(*todos.c)
         )
-        return await self._move_one(stmt, "canceled", None, now)
+        return await self._move_one(stmt, "canceled", "operator" if actor else None, now, actor=actor)
 
-    async def _move_one(self, stmt: Any, transition: str, reason: str | None, now: float) -> Row[Any] | None:
+    async def requeue(self, endpoint_id: str, todo: str, *, actor: str | None = None) -> Row[Any] | None:
+        """An operator's requeue: a failed or dead todo goes back to pending with a fresh attempt budget.
+
+        It is the same ``requeued`` transition the reaper and the retry scheduler publish (reason
+        ``operator``), so every subscriber treats it alike: notify hooks are told with reason
+        ``requeued`` (SPEC-0024 REQ-6), A2A pushes and the doorbell fire, and the sender gate is
+        re-applied to the row that moved. ``None`` when the todo is not this endpoint's or not in a
+        requeueable state (nothing changes then).
+        """
+        now = self.clock.now()
+        stmt = (
+            update(todos)
+            .where(
+                todos.c.id == todo,
+                todos.c.endpoint_id == endpoint_id,
+                todos.c.status.in_(REQUEUEABLE),
+            )
+            .values(status="pending", attempt=0, lease_expires_at=None, retry_at=None, updated_at=ms(now))
+            .returning(*todos.c)
+        )
+        return await self._move_one(stmt, "requeued", "operator", now, actor=actor)
+
+    async def _move_one(
+        self, stmt: Any, transition: str, reason: str | None, now: float, *, actor: str | None = None
+    ) -> Row[Any] | None:
         async with self.db.begin() as conn:
             row = (await conn.execute(stmt)).first()
             transitions = [] if row is None else [self._transition(row, transition, reason, now)]
-            await self._commit(conn, transitions)
+            leases = {} if row is None else {row.id: row.lease_expires_at}
+            await self._commit(conn, transitions, actor=actor, leases=leases)
         self.hub.publish(transitions)
         return row
 

@@ -27,6 +27,7 @@ from switchboard.obs.logs import get_logger
 from switchboard.ratelimit import RateLimiter
 from switchboard.services import Services
 from switchboard.settings import Settings
+from switchboard.store.console import BACKLOG_BUCKET_SECONDS
 from switchboard.web.keys import Keys, derive_key
 from switchboard.web.oauth import OAuthProvider
 from switchboard.web.oauth_store import OAuthStore
@@ -34,7 +35,7 @@ from switchboard.web.page import Web, route
 from switchboard.web.render import STATIC, Renderer
 from switchboard.web.security import SecureHeaders
 from switchboard.web.store import WebStore
-from switchboard.web.views import auth, consent, endpoints, instance, sources
+from switchboard.web.views import account, auth, consent, console, endpoints, instance, sources
 
 log = get_logger("switchboard.web")
 
@@ -98,7 +99,24 @@ class WebComponent:
                 endpoints.revoke_connection,
                 methods=post,
             ),
+            route(w, "/endpoints/{slug}/delete", endpoints.delete_endpoint, methods=both),
+            route(w, "/queues", console.queues),
+            route(w, "/todos", console.todo_list),
+            route(w, "/dead-letters", console.dead_letters),
+            route(w, "/todos/{todo_id}", console.todo_detail),
+            route(w, "/todos/{todo_id}/requeue", console.requeue, methods=post),
+            route(w, "/todos/{todo_id}/cancel", console.cancel, methods=post),
+            route(w, "/account", account.account),
+            route(w, "/account/password", account.change_password, methods=post),
+            route(w, "/account/sign-out-everywhere", account.sign_out_everywhere, methods=post),
+            route(w, "/people", account.people),
+            route(w, "/people/invite", account.invite, methods=post),
+            route(w, "/people/invites/revoke", account.revoke_invite, methods=post),
+            route(w, "/people/{human_id}/operator", account.set_operator, methods=post),
+            route(w, "/people/{human_id}/delete", account.delete_human, methods=both),
+            route(w, "/invite/{token}", account.accept_invite, methods=both, signed_in=False),
             route(w, "/sources", sources.index),
+            route(w, "/sources/{slug}/delete", sources.delete_source, methods=both),
             route(w, "/sources/new", sources.create_source, methods=post),
             route(w, "/sources/{slug}/quarantine", sources.quarantine, methods=post),
             route(w, "/routes/new", sources.create_route, methods=post),
@@ -123,18 +141,30 @@ class WebComponent:
                 setup_url=f"{_browser_base(self.services)}/setup/{self.web.setup_token}",
             )
         sweeper = asyncio.create_task(self._sweep(), name="web-sweeper")
+        sampler = asyncio.create_task(self._sample_backlog(), name="web-backlog-sampler")
         try:
             yield
         finally:
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+            for task in (sweeper, sampler):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _sample_backlog(self) -> None:
+        """One backlog sample per bucket for the queues page's sparkline (the first at start)."""
+        while True:
+            try:
+                await self.services.console.sample_backlog()
+            except Exception:
+                log.error("backlog sample failed", exc_info=True)
+            await asyncio.sleep(BACKLOG_BUCKET_SECONDS / 5)  # several tries per bucket: none is missed
 
     async def _sweep(self) -> None:
         while True:
             await asyncio.sleep(SWEEP_SECONDS)
             try:
                 await self.web.store.sweep_sessions()
+                await self.services.admin.sweep_invites()
                 if self.web.oauth is not None:
                     await self.web.oauth.store.sweep()
             except Exception:

@@ -54,6 +54,18 @@ FLASH = {
     "quarantine_off": ("ok", "Source released from quarantine."),
     "route_added": ("ok", "Route added."),
     "route_deleted": ("ok", "Route deleted."),
+    "todo_requeued": ("ok", "Todo requeued: it is pending again with a fresh set of attempts."),
+    "todo_canceled": ("ok", "Todo canceled."),
+    "endpoint_deleted": ("ok", "Endpoint deleted, with its todos, hooks, routes and connections."),
+    "source_deleted": ("ok", "Source deleted, with its routes."),
+    "password_changed": ("ok", "Password changed. Your other sessions were signed out."),
+    "signed_out_everywhere": ("ok", "You are signed out everywhere."),
+    "invite_revoked": ("ok", "Invitation revoked."),
+    "operator_granted": ("ok", "Operator role granted."),
+    "operator_revoked": ("ok", "Operator role revoked."),
+    "human_removed": ("ok", "Account removed."),
+    "account_deleted": ("ok", "Your account was removed."),
+    "welcome_invited": ("ok", "Your account is ready. Vend your first endpoint below."),
 }
 
 

@@ -15,6 +15,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from markupsafe import Markup, escape
 
 from switchboard import __version__
+from switchboard.text import neutralize
 from switchboard.verbs import GROUPS
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -36,6 +37,18 @@ def when(epoch_ms: int | None, empty: str = "never") -> Markup:
     return Markup('<time datetime="{}">{}</time>').format(iso(epoch_ms), text)
 
 
+def shown(value: Any) -> Any:
+    """Jinja ``finalize``: every ``{{ ... }}`` that yields plain text passes through the doorbell's
+    :func:`switchboard.text.neutralize` (bidi overrides, control and zero-width characters become
+    spaces), so no template can forget it. Markup (already-rendered HTML: macros, ``<time>``) and
+    non-text values pass unchanged; their text parts went through here when they were rendered."""
+    if isinstance(value, str) and not isinstance(value, Markup) and not value.isprintable():
+        # isprintable() is False for every Cc, Cf, Zl, Zp (and Zs but the ASCII space) character:
+        # clean text, like a template's own ``' checked'``, keeps its spaces as written.
+        return neutralize(value)
+    return value
+
+
 class Renderer:
     def __init__(self) -> None:
         self.env = Environment(
@@ -44,6 +57,7 @@ class Renderer:
             undefined=StrictUndefined,
             trim_blocks=True,
             lstrip_blocks=True,
+            finalize=shown,
         )
         self.env.filters["when"] = when
         self.env.filters["iso"] = iso
@@ -54,4 +68,4 @@ class Renderer:
         return self.env.get_template(template).render(context)
 
 
-__all__ = ["STATIC", "Markup", "Renderer", "escape", "iso", "when"]
+__all__ = ["STATIC", "Markup", "Renderer", "escape", "iso", "shown", "when"]

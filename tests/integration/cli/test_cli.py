@@ -453,3 +453,38 @@ def test_serve_exits_3_with_a_json_log_when_the_port_is_taken(tmp_path: Path) ->
     entries = [json.loads(line) for line in done.stderr.splitlines() if line.strip()]
     assert any(e["level"] == "error" and "address already in use" in e["event"] for e in entries)
     assert not any(e["event"] == "switchboard listening" for e in entries)
+
+
+def test_operators_and_deletes_through_the_cli(cli: Cli) -> None:
+    """`human create --operator`, the role granted and revoked (never the last operator's), and deletes
+    that say what went with them: the same AdminStore calls the web console makes."""
+    op = cli.ok("human create ops@example.com --password-stdin --operator", stdin=PASSWORD + "\n")["human"]
+    assert op["operator"] is True
+    plain = cli("human create dev@example.com --password-stdin", stdin=PASSWORD + "\n")
+    assert plain.code == 0 and plain.json["human"]["operator"] is False
+
+    last = cli("human operator revoke ops@example.com")
+    assert last.code == 1 and last.json["error"] == "conflict", last.everything
+    assert cli.ok("human operator grant dev@example.com")["changed"] is True
+    assert cli.ok("human operator grant dev@example.com")["changed"] is False
+    assert cli.ok("human operator revoke ops@example.com")["human"]["operator"] is False
+    roles = {h["email"]: h["operator"] for h in cli.listing("human")}
+    assert roles == {"ops@example.com": False, "dev@example.com": True}
+
+    cli.ok("endpoint vend --human ops@example.com --slug worker --queues inbox --default-grant")
+    cli.ok("source create --human ops@example.com --slug forge --kind gitea --trust signature")
+    cli.ok("route create --source forge --queue inbox --endpoint worker")
+    gone = cli.ok("endpoint delete worker")
+    assert gone["deleted"] == "worker" and gone["with"]["routes"] == 1 and gone["with"]["hooks"] == 0
+    assert cli.listing("endpoint") == [] and cli.listing("route") == []
+    assert cli.ok("source delete forge")["with"]["routes"] == 0
+    assert cli.listing("source") == []
+    missing = cli("endpoint delete worker")
+    assert missing.code == 1 and missing.json["error"] == "not_found"
+
+    cli.ok("human password ops@example.com --password-stdin", stdin="a brand new password\n")
+    assert cli.ok("human sign-out ops@example.com")["sessions_ended"] == 0
+    deleted = cli.ok("human delete ops@example.com")
+    assert deleted["deleted"]["email"] == "ops@example.com"
+    assert [h["email"] for h in cli.listing("human")] == ["dev@example.com"]
+    assert cli("human delete dev@example.com").json["error"] == "conflict"  # the last operator

@@ -10,6 +10,7 @@ from typing import Any
 
 from starlette.responses import Response
 
+from switchboard.audit import audit
 from switchboard.notify.component import NotifyComponent
 from switchboard.notify.errors import HookNotFound
 from switchboard.store.accounts import SLUG, Endpoint
@@ -231,3 +232,35 @@ async def revoke_connection(v: Visit) -> Response:
     if oauth is None or not await oauth.store.revoke_grant_of_endpoint(grant_id, endpoint.id):
         raise NotFound("That connection does not exist on this endpoint.")
     return v.redirect(*_back(endpoint, "connection_revoked"))
+
+
+ENDPOINT_GOES = {
+    "todos": "todos (all states)",
+    "live_todos": "of them still pending, claimed or failed",
+    "hooks": "notify hooks",
+    "routes": "routes to it",
+    "connections": "OAuth connections",
+}
+
+
+async def delete_endpoint(v: Visit) -> Response:
+    """GET: a confirmation that says what goes with the endpoint; POST: delete it (and those)."""
+    endpoint = await own_endpoint(v)
+    admin = v.web.services.admin
+    if v.request.method == "GET":
+        counts = await admin.endpoint_dependents(endpoint.id)
+        return v.render(
+            "confirm_delete.html",
+            title=f"Delete {endpoint.slug}",
+            nav="endpoints",
+            what="endpoint",
+            name=endpoint.slug,
+            action=f"/endpoints/{endpoint.slug}/delete",
+            cancel=f"/endpoints/{endpoint.slug}",
+            goes=[(counts[k], label) for k, label in ENDPOINT_GOES.items()],
+            note="Its bearer credential and OAuth tokens stop working at once, and its A2A tasks go too. "
+            "Deliveries that matched its routes are no longer routed anywhere.",
+        )
+    gone = await admin.delete_endpoint(endpoint.id)
+    audit("endpoint.delete", v.me.email, endpoint_id=endpoint.id, slug=endpoint.slug, **gone)
+    return v.redirect("/endpoints", "endpoint_deleted")

@@ -9,6 +9,7 @@ from typing import Any
 
 from starlette.responses import Response
 
+from switchboard.audit import audit
 from switchboard.ingest.verify import mint_path_token, mint_source_secret
 from switchboard.store.accounts import QUEUE, SLUG
 from switchboard.store.errors import Conflict
@@ -147,4 +148,28 @@ async def delete_route(v: Visit) -> Response:
     if not await v.web.store.route_for_human(route_id, v.me.id):
         raise NotFound()
     await v.web.services.sources.delete_route(route_id)
+    audit("route.delete", v.me.email, route_id=route_id)
     return v.redirect("/sources", "route_deleted")
+
+
+async def delete_source(v: Visit) -> Response:
+    """GET: a confirmation that says what goes with the source; POST: delete it and its routes."""
+    source = await _own_source(v)
+    admin = v.web.services.admin
+    if v.request.method == "GET":
+        counts = await admin.source_dependents(source.id)
+        return v.render(
+            "confirm_delete.html",
+            title=f"Delete {source.slug}",
+            nav="sources",
+            what="source",
+            name=source.slug,
+            action=f"/sources/{source.slug}/delete",
+            cancel="/sources",
+            goes=[(counts["routes"], "routes from it")],
+            note=f"Its signing secret is destroyed and deliveries to its URL are refused from now on. "
+            f"The {counts['todos']} todos it already made stay with the endpoints they were routed to.",
+        )
+    gone = await admin.delete_source(source.id)
+    audit("source.delete", v.me.email, source_id=source.id, slug=source.slug, **gone)
+    return v.redirect("/sources", "source_deleted")
