@@ -3,7 +3,8 @@ process layout, notify worker processes included) and receivers on loopback (iss
 
 * "Send test" reaches the receiver signed (the stock Standard Webhooks verifier accepts it), marked as a
   test, and the card's history shows it delivered with a 2xx attempt.
-* "Rotate secret" shows the new secret once and says until when the old one signs.
+* "Rotate secret" shows the new secret once and says until when the old one signs; the next test is
+  signed with both.
 * A hook whose receiver answers 503 shows one notification with three attempts, each HTTP 503.
 """
 
@@ -34,13 +35,14 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 DEADLINE = 30.0
 
 
-async def reload_until(page: Page, rows: Locator, count: int) -> None:
-    """The history is written by the worker's next flush: reload the card until ``rows`` has ``count``."""
+async def reload_until(page: Page, card: str, rows: Locator, count: int) -> None:
+    """The history is written by the worker's next flush: load the card again (a GET: reloading the page a
+    POST answered would send the form again) until ``rows`` has ``count``."""
     end = time.monotonic() + DEADLINE
     while await rows.count() < count:
         assert time.monotonic() < end, f"the card never showed {count} matching deliveries"
         await asyncio.sleep(0.2)
-        await page.reload()
+        await page.goto(card)
 
 
 async def test_card_sends_a_test_rotates_and_shows_every_attempt(browser: Any, tmp_path: Path) -> None:
@@ -71,7 +73,8 @@ async def test_card_sends_a_test_rotates_and_shows_every_attempt(browser: Any, t
                 await page.get_by_label("Password").fill(PASSWORD)
                 await page.get_by_role("button", name="Sign in").click()
                 await expect(page).to_have_url(re.compile(r"/endpoints$"))
-                await page.goto(server.base_url + "/endpoints/ops")
+                card_url = server.base_url + "/endpoints/ops"
+                await page.goto(card_url)
 
                 # -- send test: signed, marked as a test, shown inline and in the history
                 ok_card = page.locator(f"[data-testid=hook-detail][data-hook={ok_hook['hook_id']}]")
@@ -89,7 +92,7 @@ async def test_card_sends_a_test_rotates_and_shows_every_attempt(browser: Any, t
                 delivered = ok_card.locator(
                     f"[data-testid=delivery][data-notification='{request.header_map['webhook-id']}']"
                 )
-                await reload_until(page, delivered, 1)
+                await reload_until(page, card_url, delivered, 1)
                 await expect(delivered).to_have_attribute("data-outcome", "delivered")
                 attempts = delivered.locator("[data-testid=attempt]")
                 await expect(attempts).to_have_count(1)
@@ -102,6 +105,15 @@ async def test_card_sends_a_test_rotates_and_shows_every_attempt(browser: Any, t
                 new_secret = await page.locator("[data-testid=new-secret]").inner_text()
                 assert new_secret.startswith("whsec_") and new_secret != ok_hook["signing_secret"]
                 await expect(page.locator("[data-testid=rotated]")).to_contain_text("keeps signing")
+                ok_card = page.locator(f"[data-testid=hook-detail][data-hook={ok_hook['hook_id']}]")
+                await ok_card.get_by_role("button", name="Send test").click()
+                await expect(page.locator("[data-testid=test-result]")).to_have_attribute(
+                    "data-outcome", "delivered"
+                )
+                request = await good.next_request(timeout=DEADLINE)
+                Webhook(new_secret).verify(request.body, request.header_map)  # new and old both sign
+                Webhook(ok_hook["signing_secret"]).verify(request.body, request.header_map)
+                assert len(request.header_map["webhook-signature"].split(" ")) == 2
                 # -- a receiver answering 503: one notification, three attempts, each HTTP 503
                 async with httpx.AsyncClient(base_url=server.base_url, timeout=10) as http:
                     r = await http.post(tenant.inbound_path, json={"title": "Rotate the logs"})
@@ -111,7 +123,7 @@ async def test_card_sends_a_test_rotates_and_shows_every_attempt(browser: Any, t
                     await bad.next_request(timeout=DEADLINE)
                 dead_card = page.locator(f"[data-testid=hook-detail][data-hook={dead_hook['hook_id']}]")
                 failed = dead_card.locator("[data-testid=delivery][data-outcome=failed]")
-                await reload_until(page, failed, 1)
+                await reload_until(page, card_url, failed, 1)
                 await expect(failed).to_contain_text(todo_id)
                 tries = failed.locator("[data-testid=attempt]")
                 await expect(tries).to_have_count(3)
@@ -120,3 +132,5 @@ async def test_card_sends_a_test_rotates_and_shows_every_attempt(browser: Any, t
             finally:
                 await context.close()
     assert len(bad.requests) == 3  # never a fourth attempt
+    tests = [r for r in good.requests if json.loads(r.body).get("test") is True]
+    assert len(tests) == 2  # one per click of "Send test", never sent again
