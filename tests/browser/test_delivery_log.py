@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -24,7 +25,7 @@ from playwright.async_api import Locator, Page, expect
 from standardwebhooks import Webhook
 
 from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
-from tests.browser.conftest import TIMEOUT_MS
+from tests.browser.conftest import TIMEOUT_MS, WIDTHS, fits_and_passes_axe, shoot
 from tests.integration.web.helpers import PASSWORD
 from tests.reliability.procs import ServerProcess, provision, server_env, servers
 from tests.support.mcp_client import agent
@@ -45,7 +46,9 @@ async def reload_until(page: Page, card: str, rows: Locator, count: int) -> None
         await page.goto(card)
 
 
-async def test_card_sends_a_test_rotates_and_shows_every_attempt(browser: Any, tmp_path: Path) -> None:
+async def test_card_sends_a_test_rotates_and_shows_every_attempt(
+    browser: Any, tmp_path: Path, axe_source: str
+) -> None:
     ca = trustme.CA()
     pem = tmp_path / "ca.pem"
     ca.cert_pem.write_to_path(str(pem))
@@ -63,7 +66,7 @@ async def test_card_sends_a_test_rotates_and_shows_every_attempt(browser: Any, t
                 ok_hook = await bot.ok("create_notify_hook", {"url": f"https://127.0.0.1:{good.port}/ok"})
                 dead_hook = await bot.ok("create_notify_hook", {"url": f"https://127.0.0.1:{bad.port}/dead"})
 
-            context = await browser.new_context(viewport={"width": 1280, "height": 900})
+            context = await browser.new_context(viewport=WIDTHS["desktop"], bypass_csp=True)  # axe injection
             context.set_default_timeout(TIMEOUT_MS)
             page = await context.new_page()
             page.on("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))
@@ -87,6 +90,7 @@ async def test_card_sends_a_test_rotates_and_shows_every_attempt(browser: Any, t
                 assert body["type"] == "todo.ready" and body["test"] is True and body["reason"] == "test"
                 await expect(result).to_contain_text(request.header_map["webhook-id"])
                 await expect(result).to_contain_text("HTTP 204")  # what the receiver answers
+                problems = await fits_and_passes_axe(page, axe_source, "card with a test result")
 
                 ok_card = page.locator(f"[data-testid=hook-detail][data-hook={ok_hook['hook_id']}]")
                 delivered = ok_card.locator(
@@ -105,6 +109,7 @@ async def test_card_sends_a_test_rotates_and_shows_every_attempt(browser: Any, t
                 new_secret = await page.locator("[data-testid=new-secret]").inner_text()
                 assert new_secret.startswith("whsec_") and new_secret != ok_hook["signing_secret"]
                 await expect(page.locator("[data-testid=rotated]")).to_contain_text("keeps signing")
+                problems += await fits_and_passes_axe(page, axe_source, "card with a new secret")
                 ok_card = page.locator(f"[data-testid=hook-detail][data-hook={ok_hook['hook_id']}]")
                 await ok_card.get_by_role("button", name="Send test").click()
                 await expect(page.locator("[data-testid=test-result]")).to_have_attribute(
@@ -129,6 +134,13 @@ async def test_card_sends_a_test_rotates_and_shows_every_attempt(browser: Any, t
                 await expect(tries).to_have_count(3)
                 assert [await tries.nth(i).get_attribute("data-status") for i in range(3)] == ["503"] * 3
                 await expect(failed).to_contain_text("server_error")
+                for width, size in WIDTHS.items():  # the card with its history, at both widths
+                    await page.set_viewport_size(size)
+                    await page.goto(card_url)
+                    problems += await fits_and_passes_axe(page, axe_source, f"card with history@{width}")
+                    if os.environ.get("SWITCHBOARD_SCREENSHOTS"):
+                        await shoot(page, f"endpoint-card-deliveries-{width}")
+                assert not problems, "\n".join(problems)
             finally:
                 await context.close()
     assert len(bad.requests) == 3  # never a fourth attempt
