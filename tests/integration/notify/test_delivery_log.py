@@ -4,12 +4,14 @@ PostgreSQL (the ``database`` fixture runs each test on both)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from sqlalchemy import select
 
 from switchboard.notify.deliveries import Attempt, DeliveryLog, DeliveryRecord
 from switchboard.store.db import Database
 from switchboard.store.schema import notify_deliveries
+from tests.integration.notify.conftest import notify_env
 
 LIMIT = 50
 
@@ -63,3 +65,24 @@ async def test_recent_is_per_endpoint_and_carries_no_body(database: Database) ->
         row = (await conn.execute(select(notify_deliveries))).first()
     assert row is not None
     assert set(json.loads(row.attempts)[0]) == {"n", "at", "status", "error", "ms"}
+
+
+async def test_the_worker_process_logs_every_notification_and_the_server_prunes_to_the_limit(
+    tmp_path: Path,
+) -> None:
+    """N+100 notifications through the real notify worker process with a limit of N: every one of them
+    is recorded (delivered, or dropped by the per-hook limit), and the server's prune leaves N."""
+    async with notify_env(tmp_path, notify_process=True, delivery_log_max_rows=LIMIT) as env:
+        world, a = await env.tenant("ep-a")
+        hook = (await a.ok("create_notify_hook", {"url": env.hook_url()}))["hook_id"]
+        todo_ids = [tid for i in range(LIMIT + 100) for tid in await env.deliver(world, title=f"Task {i}")]
+        await env.settle()
+        log = env.notify.deliveries
+        assert await log.count() == LIMIT + 100
+        async with env.services.db.read() as conn:
+            rows = (await conn.execute(select(notify_deliveries))).all()
+        assert {r.subject_id for r in rows} == set(todo_ids)
+        assert {r.target_id for r in rows} == {hook}
+        assert {r.outcome for r in rows} <= {"delivered", "dropped"}
+        assert await env.notify.prune_deliveries() == 100
+        assert await log.count() == LIMIT
