@@ -26,7 +26,7 @@ from ._errors import (
 from ._signer import mint_secret, new_message_id, sign, standard_headers
 from ._transport import USER_AGENT, AttemptResult, Sender
 from ._urls import redact_url
-from ._validator import Resolver, ValidatedTarget, Validator, system_resolver
+from ._validator import Resolver, ValidatedTarget, Validator, install_resolver, system_resolver
 
 __all__ = [
     "USER_AGENT",
@@ -44,6 +44,7 @@ __all__ = [
     "TargetRejected",
     "ValidatedTarget",
     "Validator",
+    "install_resolver",
     "mint_secret",
     "new_message_id",
     "redact_url",

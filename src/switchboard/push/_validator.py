@@ -26,6 +26,20 @@ Resolver = Callable[[str, int], Awaitable[list[str]]]
 
 DEFAULT_RESOLVE_TIMEOUT = 2.0
 
+_installed_resolver: Resolver | None = None
+
+
+def install_resolver(resolver: Resolver | None) -> None:
+    """Make ``resolver`` the lookup of every :class:`Validator` built afterwards in this process
+    without a resolver of its own (``None`` restores :func:`system_resolver`).
+
+    A code-level seam for harnesses that run the real server and its worker processes and must
+    answer DNS themselves (tests/conformance installs one from a ``sitecustomize``). No setting or
+    environment variable reaches it: only code already running in the process can call it.
+    """
+    global _installed_resolver
+    _installed_resolver = resolver
+
 
 async def system_resolver(host: str, port: int) -> list[str]:
     """Resolve A and AAAA with the system resolver, in a worker thread.
@@ -111,7 +125,9 @@ class Validator:
             raise ValueError("timeout must be positive")
         self._allow_http = allow_http
         self._policy = AddressPolicy(parse_allowlist(allow_cidrs), listen_addresses)
-        self._resolver: Resolver = resolver if resolver is not None else system_resolver
+        if resolver is None:
+            resolver = _installed_resolver if _installed_resolver is not None else system_resolver
+        self._resolver: Resolver = resolver
         self._timeout = timeout
 
     def origin(self, url: str) -> tuple[str, str, int]:

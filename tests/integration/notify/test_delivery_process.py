@@ -28,6 +28,10 @@ from tests.integration.notify.conftest import Env, notify_env
 from tests.support.receivers import Respond
 from tests.support.server import TEST_CRED_KEY, make_settings
 
+# A worker child imports the delivery stack before it answers; on a loaded 2-core box that alone
+# has taken over 5 s, so the first request is awaited with the bound the server's own start uses.
+WORKER_START = 30.0
+
 
 @pytest.fixture
 async def penv(tmp_path: Path) -> AsyncIterator[Env]:
@@ -52,7 +56,7 @@ async def test_the_worker_process_delivers_a_signed_notification(penv: Env) -> N
     world, a = await penv.tenant("ep-a")
     secret = (await a.ok("create_notify_hook", {"url": penv.hook_url()}))["signing_secret"]
     (todo_id,) = await penv.deliver(world)
-    request = await penv.receiver.next_request()
+    request = await penv.receiver.next_request(timeout=WORKER_START)
     payload = Webhook(secret).verify(request.body, {k: v for k, v in request.headers})
     assert payload["type"] == "todo.ready" and payload["todo_id"] == todo_id
     await penv.settle()
@@ -102,7 +106,7 @@ async def test_a_killed_worker_loses_only_notifications_and_is_started_again(pen
     await r.running()
     assert r.starts == 2 and child_pid(penv) != proc.pid
     (todo_id,) = await penv.deliver(world, title="after the restart")
-    request = await penv.receiver.next_request()
+    request = await penv.receiver.next_request(timeout=WORKER_START)
     assert todo_id.encode() in request.body and lost.encode() not in request.body
     # the todo whose notification was lost is untouched: pending and claimable (ADR-0013)
     claimed = {(await a.ok("claim_next"))["todo"]["id"] for _ in range(2)}
@@ -193,7 +197,7 @@ async def test_two_worker_processes_each_deliver_for_their_own_endpoints(tmp_pat
             (todo_id,) = await env.deliver(world)
             delivered[todo_id] = endpoint_id
         for _ in delivered:
-            request = await env.receiver.next_request()
+            request = await env.receiver.next_request(timeout=WORKER_START)
             payload = json.loads(request.body)
             Webhook(secrets[delivered[payload["todo_id"]]]).verify(request.body, dict(request.headers))
         await env.settle()
@@ -210,7 +214,7 @@ async def test_two_worker_processes_each_deliver_for_their_own_endpoints(tmp_pat
         await r.workers[0].down()
         (lost,) = await env.deliver(owned[0][0], title="while child 0 is down")
         (kept,) = await env.deliver(owned[1][0], title="child 1 is fine")
-        request = await env.receiver.next_request()
+        request = await env.receiver.next_request(timeout=WORKER_START)
         assert kept.encode() in request.body
         await env.services.hub.idle()
         await r.workers[1].idle()
