@@ -74,6 +74,9 @@ class Settings(BaseSettings):
     # How many such children share the delivery, each owning the hooks of a fixed share of the endpoints.
     # Unset: one per CPU core, at most 4.
     notify_processes: int | None = Field(default=None, ge=1, le=64)
+    # The delivery log (docs/notify-hooks.md, "Delivery log"): newest rows kept, and their longest age.
+    delivery_log_max_rows: int = Field(default=10_000, ge=0)
+    delivery_log_max_age_hours: float = Field(default=168.0, gt=0)
 
     # A2A task surface and push notifications (docs/a2a.md; docs/configuration.md, "A2A").
     a2a_rate_per_minute: int = 600

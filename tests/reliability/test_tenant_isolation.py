@@ -273,6 +273,10 @@ TABLE: list[Row] = [
     ("ui", "hook enable", ui(lambda t: f"/endpoints/alice-ep/hooks/{t.hook}/enable", {})),
     ("ui", "hook delete", ui(lambda t: f"/endpoints/alice-ep/hooks/{t.hook}/delete", {})),
     ("ui", "alice hook via bob's card", ui(lambda t: f"/endpoints/bob-ep/hooks/{t.hook}/disable", {})),
+    ("ui", "hook send test", ui(lambda t: f"/endpoints/alice-ep/hooks/{t.hook}/test", {})),
+    ("ui", "hook rotate", ui(lambda t: f"/endpoints/alice-ep/hooks/{t.hook}/rotate", {})),
+    ("ui", "alice hook test via bob's card", ui(lambda t: f"/endpoints/bob-ep/hooks/{t.hook}/test", {})),
+    ("ui", "alice hook rotate via bob's card", ui(lambda t: f"/endpoints/bob-ep/hooks/{t.hook}/rotate", {})),
     (
         "ui",
         "source quarantine",

@@ -31,7 +31,7 @@ from sqlalchemy.engine import Connection
 from switchboard.store.db import MIGRATIONS, Database
 
 RELEASED = Path(__file__).parent / "released_migrations"
-EARLIER = ("0001", "0002", "0003", "0004", "console", "a2a_dedup")
+EARLIER = ("0001", "0002", "0003", "0004", "console", "a2a_dedup", "delivery_log")
 
 
 def before_repair() -> str:

@@ -31,6 +31,7 @@ from switchboard.a2a.outbox import OutboxStore
 from switchboard.a2a.tasks import A2A_SOURCE, TaskStore
 from switchboard.a2a.waiter import TaskWaiter
 from switchboard.a2a.worker import DeliveryWorker, Policy
+from switchboard.notify.deliveries import DeliveryLog
 from switchboard.obs.logs import get_logger
 from switchboard.outbound import a2a_outbound
 from switchboard.priority import inbound_priority
@@ -112,6 +113,7 @@ class A2AComponent:
             metrics=services.metrics,
             clock=services.clock,
             policy=self.policy,
+            deliveries=DeliveryLog(services.db),
             priority=inbound_priority(services),
         )
         self.handler = Handler(

@@ -34,6 +34,7 @@ from switchboard.a2a.configs import ConfigStore
 from switchboard.a2a.limits import HostLimits
 from switchboard.a2a.outbox import Claimed, OutboxStore
 from switchboard.clock import Clock, ms
+from switchboard.notify.deliveries import Attempt, DeliveryBuffer, DeliveryLog, DeliveryRecord
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
 from switchboard.priority import InboundPriority
@@ -123,8 +124,12 @@ class DeliveryWorker:
         clock: Clock,
         policy: Policy,
         priority: InboundPriority | None = None,
+        deliveries: DeliveryLog | None = None,
     ) -> None:
         self.outbox, self.configs, self.sender = outbox, configs, sender
+        # the delivery log (issue 19): finished pushes, written in one INSERT per housekeeping round
+        self._records = DeliveryBuffer(deliveries)
+        self._tried: dict[str, list[Attempt]] = {}  # outbox row -> this instance's attempts so far
         self.validator = validator
         self.slow_sender = slow_sender or sender
         self._slow: dict[str, float] = {}  # config row id -> until (clock): it answers slowly
@@ -155,6 +160,7 @@ class DeliveryWorker:
             for task in late:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
+        await self._write_records()
 
     def wake(self) -> None:
         """Something may be due now (a transition committed, an attempt finished)."""
@@ -186,6 +192,14 @@ class DeliveryWorker:
         if self.clock.now() >= self._next_cleanup:
             self._next_cleanup = self.clock.now() + self.policy.cleanup_seconds
             await self.cleanup_once()
+        await self._write_records()
+
+    async def _write_records(self) -> None:
+        if self._records and self._records.log is not None:
+            try:
+                await self._records.log.write(self._records.take())
+            except Exception:
+                log.error("delivery log write failed", stage="delivery_log", exc_info=True)
 
     # -- explicit steps (the loop uses them; tests call them) -------------------------------------
 
@@ -232,6 +246,7 @@ class DeliveryWorker:
             total += claimed
             if claimed == 0 and busy == 0:
                 break
+        await self._write_records()  # what finished is in the delivery log when this returns
         return total
 
     async def update_gauges(self) -> None:
@@ -390,4 +405,47 @@ class DeliveryWorker:
             duration_ms=None if duration is None else round(duration * 1000, 1),
             retry_in_s=retry_in,
             outcome=outcome or ("delivered" if err is None else None),
+        )
+        self._note(item, attempt, status, err, duration, outcome or ("delivered" if err is None else None))
+
+    def _note(
+        self,
+        item: Claimed,
+        attempt: int,
+        status: int | None,
+        err: PushError | None,
+        duration: float | None,
+        outcome: str | None,
+    ) -> None:
+        """Keep the attempt; at the push's outcome, its delivery-log record (attempts this instance made)."""
+        now = ms(self.clock.now())
+        tried = self._tried.setdefault(item.id, [])
+        tried.append(
+            Attempt(
+                attempt,
+                now,
+                status,
+                None if err is None else err.reason[:40],
+                round((duration or 0) * 1000, 1),
+            )
+        )
+        if len(self._tried) > 10_000:
+            self._tried.pop(next(iter(self._tried)))
+        if outcome is None:
+            return
+        self._tried.pop(item.id, None)
+        self._records.add(
+            DeliveryRecord(
+                id=item.msg_id,
+                kind="a2a",
+                target_id=item.config_id,
+                endpoint_id=None,
+                subject_id=item.task_id,
+                type="a2a.push",
+                reason=None,
+                outcome="delivered" if outcome == "delivered" else "failed",
+                detail=None if err is None else err.reason[:40],
+                finished_at=now,
+                attempts=tried,
+            )
         )

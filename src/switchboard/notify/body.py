@@ -50,6 +50,23 @@ def todo_ready(t: Transition, endpoint_slug: str, now: float) -> bytes:
     return raw
 
 
+def test_ready(endpoint_slug: str, now: float) -> bytes:
+    """The endpoint card's "send test": a ``todo.ready`` that names no todo and says it is a test."""
+    return encode(
+        {
+            "type": "todo.ready",
+            "reason": "test",
+            "test": True,
+            "todo_id": None,
+            "queue": None,
+            "summary": "Switchboard test notification",
+            "endpoint": endpoint_slug,
+            "attempt": 0,
+            "created_at": iso(now),
+        }
+    )
+
+
 def todos_backlog(
     endpoint_slug: str, reason: str, pending: int, queues: Sequence[str], oldest_seconds: int, now: float
 ) -> bytes:

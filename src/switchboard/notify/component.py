@@ -9,6 +9,8 @@ from contextlib import asynccontextmanager
 
 from starlette.routing import BaseRoute
 
+from switchboard.clock import ms
+from switchboard.notify.deliveries import DeliveryLog
 from switchboard.notify.dispatcher import Dispatcher
 from switchboard.notify.mcp import registrar
 from switchboard.notify.process import WORKER_COMMAND, RemoteDispatcher
@@ -54,6 +56,7 @@ def build_dispatcher(
         retry_delays=retry_delays,
         drain_timeout=drain_timeout,
         priority=priority,
+        deliveries=DeliveryLog(services.db),
     )
 
 
@@ -63,7 +66,8 @@ class NotifyComponent:
         self.services = services
         self.store = hook_store(services)
         validator, _ = notify_outbound(services)
-        self.verbs = NotifyHooks(self.store, validator, s.notify_hook_ceiling)
+        self.deliveries = DeliveryLog(services.db)
+        self.verbs = NotifyHooks(self.store, validator, s.notify_hook_ceiling, deliveries=self.deliveries)
         self.dispatcher: Dispatcher | RemoteDispatcher
         # By default the dispatcher runs in a child process (switchboard.notify.process).
         if s.notify_in_worker_process():
@@ -78,6 +82,7 @@ class NotifyComponent:
             self.dispatcher = build_dispatcher(
                 services, self.store, retry_delays=retry_delays, priority=inbound_priority(services)
             )
+        self.verbs.tester = self.dispatcher
         self.enabled = s.notify_hook_ceiling > 0
         services.extras["notify"] = self
         services.extras.setdefault("mcp_tools", []).append(registrar(self.verbs))
@@ -120,4 +125,17 @@ class NotifyComponent:
                 await self.store.destroy_expired_secrets()
             except Exception:
                 log.error("expired secret sweep failed", exc_info=True)
+            await self.prune_deliveries()
             await asyncio.sleep(SECRET_SWEEP_SECONDS)
+
+    async def prune_deliveries(self) -> int:
+        """The delivery log's bounds (count and age), applied in the background with the secret sweep."""
+        s = self.services.settings
+        try:
+            return await self.deliveries.prune(
+                max_rows=s.delivery_log_max_rows,
+                older_than_ms=ms(self.services.clock.now() - s.delivery_log_max_age_hours * 3600),
+            )
+        except Exception:
+            log.error("delivery log prune failed", exc_info=True)
+            return 0

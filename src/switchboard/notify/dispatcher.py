@@ -50,6 +50,7 @@ from typing import Any
 
 from switchboard.clock import Clock, ms
 from switchboard.notify import body as bodies
+from switchboard.notify.deliveries import Attempt, DeliveryBuffer, DeliveryLog, DeliveryRecord
 from switchboard.notify.droplog import DropLog
 from switchboard.notify.store import HealthFold, HealthOutcome, HookStore, SendableHook
 from switchboard.obs.logs import get_logger
@@ -96,6 +97,10 @@ class Notification:
     started: float = field(default_factory=time.monotonic)
     outcome: str | None = None  # delivered | failed | dropped, once it has one (counted once)
     stage: str = "queued"  # where a worker is with it, for the REQ-12 log line of an unexpected error
+    reason: str | None = None  # the body's reason (created, requeued, clock_in, test, ...)
+    test: bool = False  # a test send from the endpoint card
+    tried: list[Attempt] = field(default_factory=list)  # for the delivery log, once it has an outcome
+    detail: str | None = None  # why it was dropped, or its last error class, once it has an outcome
 
 
 Signer = Callable[[Sequence[str], str, int, bytes], dict[str, str]]
@@ -203,6 +208,7 @@ class Dispatcher:
         priority: InboundPriority | None = None,
         sign: Signer = standard_headers,
         drop_log: DropLog | None = None,
+        deliveries: DeliveryLog | None = None,
     ) -> None:
         self.priority = priority
         self.hooks, self.accounts, self.todos = hooks, accounts, todos
@@ -221,6 +227,7 @@ class Dispatcher:
         self._workers: list[asyncio.Task[None]] = []
         self._in_hand: dict[str, Notification] = {}  # notification id -> taken by a worker, not done
         self._drops = drop_log or DropLog()
+        self._records = DeliveryBuffer(deliveries)  # the delivery log, written with the health flush
         self._busy = 0
         self.health_flush_interval = health_flush_interval
         self._pending: dict[str, HealthFold] = {}  # hook -> outcomes not yet being written
@@ -290,6 +297,7 @@ class Dispatcher:
                         todo_id=t.todo_id,
                         body=body,
                         url=url,
+                        reason="created" if t.transition == "created" else "requeued",
                     )
                 )
 
@@ -345,8 +353,52 @@ class Dispatcher:
                     todo_id=None,
                     body=body,
                     url=url,
+                    reason=reason,
                 )
             )
+
+    async def send_test(self, hook_id: str, endpoint_id: str, endpoint_slug: str) -> dict[str, Any]:
+        """The endpoint card's "send test" (issue 19): one signed ``todo.ready`` marked as a test, through
+        this hook's limiter, the SSRF guard and the signer of every notification; one attempt, no retry,
+        and its result is the answer. It is logged like any delivery but does not change the hook's
+        health (a probe must neither disable a hook nor hide a failing streak)."""
+        n = Notification(
+            id=new_message_id(),
+            type="todo.ready",
+            hook_id=hook_id,
+            endpoint_id=endpoint_id,
+            owner_id="",
+            todo_id=None,
+            body=bodies.test_ready(endpoint_slug, self.clock.now()),
+            url="",
+            reason="test",
+            test=True,
+        )
+        hook = await self._reads.sendable(hook_id)
+        if hook is None:
+            self._end(n, "dropped", "hook_disabled")
+            return _test_result(n)
+        if not self.limiter.allow(hook_id):
+            self._end(n, "dropped", "rate_limited")
+            return _test_result(n)
+        n.attempts = 1
+        headers = self.sign(hook.secrets, n.id, int(self.clock.now()), n.body)
+        started = time.monotonic()
+        try:
+            result = await self.sender.send(hook.url, body=n.body, headers=headers)
+        except PushError as err:
+            self._tried(
+                n,
+                err.status if isinstance(err, StatusError) else None,
+                classify(err),
+                time.monotonic() - started,
+            )
+            self._end(n, "failed")
+        else:
+            self._tried(n, result.status, None, time.monotonic() - started)
+            self._end(n, "delivered")
+        log.info("notify test sent", hook_id=hook_id, notification_id=n.id, outcome=n.outcome)
+        return _test_result(n)
 
     def _offer(self, n: Notification) -> None:
         if not self.limiter.allow(n.hook_id):
@@ -363,16 +415,42 @@ class Dispatcher:
         self._idle.clear()
         self.metrics.notify_queue_depth.set(self.queue.qsize())
 
-    def _end(self, n: Notification, outcome: str) -> bool:
-        """Count ``n``'s one outcome (REQ-11); False if it already had one (then nothing is counted)."""
+    def _end(self, n: Notification, outcome: str, detail: str | None = None) -> bool:
+        """Count ``n``'s one outcome (REQ-11) and keep its delivery-log record for the next flush; False
+        if it already had one (then nothing is counted)."""
         if n.outcome is not None:
             return False
         n.outcome = outcome
-        self.metrics.notify_notifications.labels(n.type, outcome).inc()
+        if not n.test:
+            self.metrics.notify_notifications.labels(n.type, outcome).inc()
+        if detail is None and outcome == "failed" and n.tried:
+            detail = n.tried[-1].error
+        n.detail = detail
+        self._records.add(
+            DeliveryRecord(
+                id=n.id,
+                kind="notify",
+                target_id=n.hook_id,
+                endpoint_id=n.endpoint_id,
+                subject_id=n.todo_id,
+                type=n.type,
+                reason=n.reason,
+                outcome=outcome,
+                detail=detail,
+                finished_at=ms(self.clock.now()),
+                attempts=list(n.tried),
+                test=n.test,
+            )
+        )
+        self._health_due.set()
+        self._idle.clear()
         return True
 
+    def _tried(self, n: Notification, status: int | None, error: str | None, duration: float) -> None:
+        n.tried.append(Attempt(n.attempts, ms(self.clock.now()), status, error, round(duration * 1000, 1)))
+
     def _dropped(self, n: Notification, reason: str) -> None:
-        if self._end(n, "dropped"):
+        if self._end(n, "dropped", reason):
             self._drops.drop(reason, hook_id=n.hook_id, notification_id=n.id, todo_id=n.todo_id)
         self._check_idle()
 
@@ -459,6 +537,7 @@ class Dispatcher:
             and not self._timers
             and not any(self._parked.values())
             and not self._pending
+            and not self._records
             and not self._flushing
         ):
             self._idle.set()
@@ -526,7 +605,7 @@ class Dispatcher:
             error_type=type(exc).__name__,
             where=_where(exc),
         )
-        if self._end(n, "failed") and n.stage in ("sign", "send"):
+        if self._end(n, "failed", "internal_error") and n.stage in ("sign", "send"):
             self._fold(n.hook_id).failed(None, "internal_error", ms(self.clock.now()), n.id)
             self._health_due.set()
             self._health_urgent.set()  # it may be the 10th: write it now, as for any possible disable
@@ -585,6 +664,7 @@ class Dispatcher:
         n.stage = "outcome"
         duration = time.monotonic() - started
         self.metrics.notify_attempts.labels("2xx").inc()
+        self._tried(n, result.status, None, duration)
         self._end(n, "delivered")
         self.metrics.notify_delivery_seconds.observe(time.monotonic() - n.started)
         log.info(
@@ -644,6 +724,7 @@ class Dispatcher:
         reason = classify(err)
         result = attempt_result(err)
         self.metrics.notify_attempts.labels(result).inc()
+        self._tried(n, status, reason, duration)
         log.info(
             "notify attempt",
             hook_id=n.hook_id,
@@ -687,12 +768,15 @@ class Dispatcher:
             else:
                 fold = self._pending.pop(only, None)
                 batch = {only: fold} if fold is not None else {}
-            if not batch:
+            records = self._records.take() if only is None else []
+            if not batch and not records:
                 return
             self._flushing = True
             self._writing.update(batch)  # still counted by _would_disable until written
             try:
-                await self._write_health(batch)
+                if batch:
+                    await self._write_health(batch)
+                await self._write_records(records)
             finally:
                 for hook_id, fold in batch.items():
                     if fold.failures:
@@ -726,6 +810,21 @@ class Dispatcher:
         for hook_id, outcome in outcomes.items():
             self._health_written(hook_id, outcome)
 
+    async def _write_records(self, records: list[DeliveryRecord]) -> None:
+        """The delivery log's rows of this flush: one INSERT, after the health statement (issue 19)."""
+        if not records or self._records.log is None:
+            return
+        try:
+            await self._records.log.write(records)
+        except Exception:  # REQ-12: a lost history line never stops delivery
+            log.error(
+                "delivery log write failed",
+                rows=len(records),
+                notification_id=records[-1].id,
+                stage="delivery_log",
+                exc_info=True,
+            )
+
     def _health_written(self, hook_id: str, outcome: HealthOutcome | None) -> None:
         seen = self._disabled_at.get(hook_id)
         if outcome is None:  # deleted meanwhile
@@ -757,6 +856,18 @@ class Dispatcher:
 
         handle = loop.call_later(delay, fire)
         self._timers[handle] = n
+
+
+def _test_result(n: Notification) -> dict[str, Any]:
+    last = n.tried[-1] if n.tried else None
+    return {
+        "notification_id": n.id,
+        "outcome": n.outcome,
+        "status": last.status if last else None,
+        "error": last.error if last else None,
+        "detail": n.detail,
+        "ms": last.ms if last else None,
+    }
 
 
 def _where(exc: BaseException | None) -> str | None:

@@ -53,6 +53,7 @@ RESTART_DELAYS = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 HEALTHY_AFTER = 30.0  # a child that ran this long starts the backoff from the beginning when it dies
 STOP_GRACE = 10.0  # beyond the child's own drain timeout
 READ_LIMIT = 1024 * 1024
+TEST_TIMEOUT = 30.0  # one attempt (its timeout) plus the hook read, with room to spare
 
 
 class WorkerUnavailable(RuntimeError):
@@ -126,6 +127,11 @@ class RemoteDispatcher:
             self._dropped(
                 "worker_unavailable", endpoint_id=event.endpoint_id, todo_id=None, kind="todos.backlog"
             )
+
+    async def send_test(self, hook_id: str, endpoint_id: str, endpoint_slug: str) -> dict[str, Any]:
+        """The card's test send, run by the child that owns the endpoint (and so the hook's limiter)."""
+        worker = self.workers[child_of(endpoint_id, len(self.workers))]
+        return await worker.send_test({"hook_id": hook_id, "endpoint_id": endpoint_id, "slug": endpoint_slug})
 
     def on_unmatched_drop(self, t: Transition) -> None:
         """The hub's queue was full: dropped before any hook was matched (as the in-process dispatcher)."""
@@ -215,6 +221,7 @@ class WorkerProcess:
         self._supervisor: asyncio.Task[None] | None = None
         self._idle_waits: dict[int, asyncio.Future[None]] = {}
         self._idle_seq = 0
+        self._tests: dict[int, asyncio.Future[dict[str, Any]]] = {}
 
     def send(self, data: bytes) -> bool:
         """Hand a line to the child without waiting; False when it cannot take it now."""
@@ -273,6 +280,19 @@ class WorkerProcess:
             return
         await waiter
 
+    async def send_test(self, request: dict[str, Any]) -> dict[str, Any]:
+        self._idle_seq += 1
+        seq = self._idle_seq
+        waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._tests[seq] = waiter
+        try:
+            if not self.send(line({"test": {**request, "seq": seq}})):
+                raise WorkerUnavailable("the notify worker is not running")
+            async with asyncio.timeout(TEST_TIMEOUT):
+                return await waiter
+        finally:
+            self._tests.pop(seq, None)
+
     async def _supervise(self) -> None:
         owner = self.owner
         failures = 0
@@ -299,6 +319,9 @@ class WorkerProcess:
                         if not waiter.done():
                             waiter.set_result(None)
                     self._idle_waits.clear()
+                    for test in self._tests.values():
+                        if not test.done():
+                            test.set_exception(WorkerUnavailable("the notify worker exited"))
                 if owner._stopping:
                     if returncode != 0:
                         log.error("notify worker exited", returncode=returncode)
@@ -352,6 +375,10 @@ class WorkerProcess:
                 message = json.loads(raw)
                 if "m" in message:
                     self.owner.apply_metrics(self.index, message["m"])
+                if "tested" in message:
+                    test = self._tests.get(int(message["tested"]))
+                    if test is not None and not test.done():
+                        test.set_result(dict(message["result"]))
                 if "idle" in message:
                     waiter = self._idle_waits.pop(int(message["idle"]), None)
                     if waiter is not None and not waiter.done():

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
+from switchboard.notify.deliveries import Delivery, DeliveryLog
 from switchboard.notify.errors import CeilingExceeded, InvalidHook
 from switchboard.notify.store import Hook, HookStore
 from switchboard.obs.audit import audit
@@ -38,9 +39,22 @@ def hook_view(hook: Hook) -> dict[str, Any]:
     }
 
 
+class Tester(Protocol):
+    """Where a test send runs: the dispatcher that owns the hook's limiter (in this process or a child)."""
+
+    async def send_test(self, hook_id: str, endpoint_id: str, endpoint_slug: str) -> dict[str, Any]: ...
+
+
 class NotifyHooks:
-    def __init__(self, store: HookStore, validator: Validator, ceiling: int) -> None:
+    """Every operation on a hook, once: the MCP verbs (notify/mcp.py) and the endpoint card
+    (web/views/endpoints.py) both call these."""
+
+    def __init__(
+        self, store: HookStore, validator: Validator, ceiling: int, *, deliveries: DeliveryLog | None = None
+    ) -> None:
         self.store, self.validator, self.ceiling = store, validator, ceiling
+        self.deliveries = deliveries
+        self.tester: Tester | None = None
 
     async def create(
         self, endpoint: Endpoint, url: object, queues: object = None, ignore_presence: object = False
@@ -74,9 +88,11 @@ class NotifyHooks:
         hooks = await self.store.list_for_endpoint(endpoint.id)
         return {"hooks": [hook_view(h) for h in hooks], "ceiling": {"max": self.ceiling, "used": len(hooks)}}
 
-    async def rotate(self, endpoint: Endpoint, hook_id: object) -> dict[str, Any]:
-        hook, secret = await self.store.rotate(endpoint.id, _hook_id(hook_id))
-        audit("hook.rotate", actor=endpoint.id, endpoint_id=endpoint.id, hook_id=hook.id)
+    async def rotate(self, endpoint: Endpoint, hook_id: object, *, by_owner: bool = False) -> dict[str, Any]:
+        """Mint a new secret (shown once). The endpoint's rotate (MCP) re-enables only an automatic
+        disable; the owning human's, from the card (``by_owner``), lifts any disable, as their re-enable."""
+        hook, secret = await self.store.rotate(endpoint.id, _hook_id(hook_id), by_owner=by_owner)
+        audit("hook.rotate", actor=endpoint.human_id if by_owner else endpoint.id, endpoint_id=endpoint.id, hook_id=hook.id)
         return {
             "hook_id": hook.id,
             "enabled": hook.enabled,
@@ -85,6 +101,28 @@ class NotifyHooks:
             "signing_secret": secret,
             "previous_secret_valid_until": _iso_ms(hook.rotating_until),
         }
+
+    async def set_enabled(self, endpoint: Endpoint, hook_id: object, enabled: bool) -> bool:
+        """The owning human's disable / re-enable (REQ-10): a disable records ``operator`` as who did it;
+        True when the row changed. Another endpoint's hook is not found alike."""
+        hid = _hook_id(hook_id)
+        await self.store.get(endpoint.id, hid)
+        return await self.store.set_enabled_by_owner(endpoint.id, hid, enabled)
+
+    async def send_test(self, endpoint: Endpoint, hook_id: object) -> dict[str, Any]:
+        """A signed ``todo.ready`` test notification (``"test": true``), one attempt, result returned."""
+        hid = _hook_id(hook_id)
+        await self.store.get(endpoint.id, hid)
+        if self.tester is None:
+            raise InvalidHook("notify hooks are disabled on this server")
+        return await self.tester.send_test(hid, endpoint.id, endpoint.slug)
+
+    async def history(self, endpoint: Endpoint, hook_id: object) -> Sequence[Delivery]:
+        """The hook's recent deliveries, newest first (the delivery log; only this endpoint's)."""
+        hid = _hook_id(hook_id)
+        if self.deliveries is None:
+            return []
+        return await self.deliveries.recent(endpoint.id, hid)
 
     async def delete(self, endpoint: Endpoint, hook_id: object) -> dict[str, Any]:
         hid = _hook_id(hook_id)

@@ -31,6 +31,7 @@ from sqlalchemy import (
     case,
     cast,
     delete,
+    false,
     func,
     insert,
     or_,
@@ -340,7 +341,7 @@ class HookStore:
             raise HookNotFound("no such notify hook")
         return Hook.from_row(row)
 
-    async def rotate(self, endpoint_id: str, hook_id: str) -> tuple[Hook, str]:
+    async def rotate(self, endpoint_id: str, hook_id: str, *, by_owner: bool = False) -> tuple[Hook, str]:
         """Mint a new secret, keep the current one for the grace period, and re-enable the hook if it was
         disabled automatically (REQ-8). A hook its human disabled stays disabled: the decision is made
         by the UPDATE itself, on the row as it is then, so a disable that commits meanwhile holds."""
@@ -358,7 +359,8 @@ class HookStore:
             if row is None:
                 raise HookNotFound("no such notify hook")
             current = self.envelope.open(row.secret_enc, _aad(hook_id, "secret"))
-            held = _H.disabled_reason == HUMAN_DISABLE  # an owner's disable outlives the rotation
+            # an owner's disable outlives the endpoint's rotation; the owner's own rotate lifts it
+            held = false() if by_owner else _H.disabled_reason == HUMAN_DISABLE
             await conn.execute(
                 update(notify_hooks)
                 .where(notify_hooks.c.id == hook_id, notify_hooks.c.endpoint_id == endpoint_id)

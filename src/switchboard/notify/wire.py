@@ -4,8 +4,9 @@ process").
 One JSON object per line. Server to worker, on the worker's stdin: the first line ``{"hello": ...}``
 carries the settings and the dispatcher's parameters; then ``{"t": [...]}`` is a batch of committed
 transitions, ``{"p": {...}}`` a presence return, ``{"idle": n}`` asks for an answer once everything
-before it is matched and finished. Worker to server, on its stdout: ``{"m": [...]}`` metric changes and
-``{"idle": n}`` the answer. Closing stdin asks the worker to drain and exit.
+before it is matched and finished, ``{"test": {"seq": n, "hook_id", "endpoint_id", "slug"}}`` asks for
+the endpoint card's test send. Worker to server, on its stdout: ``{"m": [...]}`` metric changes,
+``{"idle": n}`` the answer, and ``{"tested": n, "result": {...}}`` the test's outcome. Closing stdin asks the worker to drain and exit.
 """
 
 from __future__ import annotations

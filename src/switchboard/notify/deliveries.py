@@ -1,0 +1,176 @@
+"""The delivery log (issue 19): what happened to each notification, for the endpoint card.
+
+Why it is shaped like this:
+
+* One row per *finished* notification (delivered, failed after its last attempt, or dropped), with its
+  attempts as a small JSON list. Pending attempts are never written (REQ-7): a record, not a queue.
+* Rows carry ids, classified error names, statuses, times and durations only: no body, no secret, no
+  URL (so no query string).
+* The delivery workers buffer records in memory (:class:`DeliveryBuffer`) and write them with the
+  health flush that already exists, one ``INSERT`` per flush, from the worker process: ingest and
+  claim never touch this table, so they never wait on it.
+* Bounded by count and age (``SWITCHBOARD_DELIVERY_LOG_MAX_ROWS``, ``..._MAX_AGE_HOURS``), pruned in the
+  background by the server; the buffer itself is bounded too (a flood of drops cannot grow memory).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import delete, func, insert, select
+
+from switchboard.store.db import Database
+from switchboard.store.schema import notify_deliveries
+
+BUFFER_MAX = 5000  # records waiting for a flush; beyond this the oldest are let go (counted in `lost`)
+PER_STATEMENT = 500  # rows of one INSERT (SQLite's bound-parameter limit stays far away)
+SHOWN = 20  # deliveries an endpoint card shows per hook
+
+_D = notify_deliveries.c
+
+
+@dataclass(slots=True)
+class Attempt:
+    n: int
+    at: int  # epoch ms when it ended
+    status: int | None
+    error: str | None  # the classified reason (timeout, server_error, ...), never response text
+    ms: float
+
+    def as_json(self) -> dict[str, Any]:
+        return {"n": self.n, "at": self.at, "status": self.status, "error": self.error, "ms": self.ms}
+
+
+@dataclass(slots=True)
+class DeliveryRecord:
+    id: str
+    kind: str  # notify | a2a
+    target_id: str
+    endpoint_id: str | None
+    subject_id: str | None
+    type: str
+    reason: str | None
+    outcome: str
+    detail: str | None
+    finished_at: int
+    attempts: list[Attempt] = field(default_factory=list)
+    test: bool = False
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "target_id": self.target_id,
+            "endpoint_id": self.endpoint_id,
+            "subject_id": self.subject_id,
+            "type": self.type,
+            "reason": self.reason,
+            "outcome": self.outcome,
+            "detail": self.detail,
+            "attempts": json.dumps([a.as_json() for a in self.attempts], separators=(",", ":")),
+            "test": self.test,
+            "finished_at": self.finished_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One row as the card shows it."""
+
+    id: str
+    subject_id: str | None
+    type: str
+    reason: str | None
+    outcome: str
+    detail: str | None
+    test: bool
+    finished_at: int
+    attempts: tuple[dict[str, Any], ...]
+
+
+class DeliveryLog:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def write(self, records: Sequence[DeliveryRecord]) -> None:
+        """One INSERT per ``PER_STATEMENT`` records (one per flush in practice), in one transaction."""
+        if not records:
+            return
+        async with self.db.begin() as conn:
+            for start in range(0, len(records), PER_STATEMENT):
+                await conn.execute(
+                    insert(notify_deliveries), [r.row() for r in records[start : start + PER_STATEMENT]]
+                )
+
+    async def recent(self, endpoint_id: str, target_id: str, limit: int = SHOWN) -> list[Delivery]:
+        """The newest deliveries of one hook or config, only if it belongs to ``endpoint_id`` (REQ-10)."""
+        stmt = (
+            select(notify_deliveries)
+            .where(_D.target_id == target_id, _D.endpoint_id == endpoint_id)
+            .order_by(_D.seq.desc())
+            .limit(limit)
+        )
+        async with self.db.read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [
+            Delivery(
+                id=r.id,
+                subject_id=r.subject_id,
+                type=r.type,
+                reason=r.reason,
+                outcome=r.outcome,
+                detail=r.detail,
+                test=bool(r.test),
+                finished_at=r.finished_at,
+                attempts=tuple(json.loads(r.attempts)),
+            )
+            for r in rows
+        ]
+
+    async def prune(self, *, max_rows: int, older_than_ms: int) -> int:
+        """Keep at most ``max_rows`` rows, none finished before ``older_than_ms``; returns rows deleted."""
+        gone = 0
+        async with self.db.begin() as conn:
+            gone += (
+                await conn.execute(delete(notify_deliveries).where(_D.finished_at < older_than_ms))
+            ).rowcount
+            # the newest max_rows rows stay; everything below the oldest of them goes
+            cut = (
+                select(_D.seq).order_by(_D.seq.desc()).offset(max(0, max_rows - 1)).limit(1).scalar_subquery()
+            )
+            if max_rows <= 0:
+                gone += (await conn.execute(delete(notify_deliveries))).rowcount
+            else:
+                gone += (await conn.execute(delete(notify_deliveries).where(_D.seq < cut))).rowcount
+        return gone
+
+    async def count(self) -> int:
+        async with self.db.read() as conn:
+            return int((await conn.execute(select(func.count()).select_from(notify_deliveries))).scalar_one())
+
+
+class DeliveryBuffer:
+    """Records waiting for the next flush of their worker; bounded."""
+
+    def __init__(self, log: DeliveryLog | None) -> None:
+        self.log = log
+        self._records: list[DeliveryRecord] = []
+        self.lost = 0
+
+    def add(self, record: DeliveryRecord) -> None:
+        if self.log is None:
+            return
+        self._records.append(record)
+        if len(self._records) > BUFFER_MAX:
+            del self._records[0]
+            self.lost += 1
+
+    def __bool__(self) -> bool:
+        return bool(self._records)
+
+    def take(self) -> list[DeliveryRecord]:
+        taken, self._records = self._records, []
+        return taken
