@@ -92,7 +92,12 @@ class NotifyHooks:
         """Mint a new secret (shown once). The endpoint's rotate (MCP) re-enables only an automatic
         disable; the owning human's, from the card (``by_owner``), lifts any disable, as their re-enable."""
         hook, secret = await self.store.rotate(endpoint.id, _hook_id(hook_id), by_owner=by_owner)
-        audit("hook.rotate", actor=endpoint.human_id if by_owner else endpoint.id, endpoint_id=endpoint.id, hook_id=hook.id)
+        audit(
+            "hook.rotate",
+            actor=endpoint.human_id if by_owner else endpoint.id,
+            endpoint_id=endpoint.id,
+            hook_id=hook.id,
+        )
         return {
             "hook_id": hook.id,
             "enabled": hook.enabled,
