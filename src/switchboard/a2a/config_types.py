@@ -59,6 +59,7 @@ class SendableConfig:
     token: str | None
     scheme: str | None
     credentials: str | None
+    granted: bool = True  # the owning endpoint still holds a2a_push_config (read with the config)
 
     def __repr__(self) -> str:
         return f"SendableConfig(row_id={self.row_id!r})"

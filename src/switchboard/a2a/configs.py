@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Final
 
@@ -27,6 +28,7 @@ from switchboard.cred import Envelope
 from switchboard.ids import new_id
 from switchboard.push import TargetRejected, Validator, mint_secret, sign
 from switchboard.store.db import Database
+from switchboard.store.schema import endpoints
 from switchboard.store.schema_a2a import (
     a2a_push_outbox,
     a2a_task_events,
@@ -34,6 +36,9 @@ from switchboard.store.schema_a2a import (
     push_notification_configs,
 )
 
+#: The verb an endpoint must hold, at each delivery attempt, for its tasks' push configs to deliver
+#: (docs/a2a.md, "Scope cut"). Without it the owner has taken push notifications away from it.
+PUSH_VERB: Final = "a2a_push_config"
 PLACEHOLDER: Final = "[redacted]"  # what Get and List show in place of a secret (views.REDACTED)
 REDACTED_QUERY: Final = "?" + PLACEHOLDER
 MAX_TOKEN = 1024
@@ -268,6 +273,17 @@ class ConfigStore:
         async with self.db.read() as conn:
             return [_view(r) for r in (await conn.execute(stmt)).all()]
 
+    async def list_for_endpoint(self, owner_endpoint_id: str, limit: int) -> list[ConfigView]:
+        """The endpoint's configs across all its tasks, newest first, for the owner's endpoint card."""
+        stmt = (
+            select(cfg)
+            .where(cfg.c.owner_endpoint_id == owner_endpoint_id)
+            .order_by(cfg.c.created_at.desc(), cfg.c.id)
+            .limit(limit)
+        )
+        async with self.db.read() as conn:
+            return [_view(r) for r in (await conn.execute(stmt)).all()]
+
     async def delete(self, owner_endpoint_id: str, task_id: str, config_id: str) -> bool:
         """Idempotent. Its pending deliveries go with it (ON DELETE CASCADE), and an attempt already
         claimed re-reads the config first (:meth:`sendable`), so nothing is sent after this returns
@@ -288,8 +304,14 @@ class ConfigStore:
         return [(r.id, r.host) for r in (await conn.execute(stmt)).all()]
 
     async def sendable(self, row_id: str) -> SendableConfig | None:
-        stmt = select(cfg.c.url_enc, cfg.c.token_enc, cfg.c.auth_scheme, cfg.c.credentials_enc).where(
-            cfg.c.id == row_id
+        """Read right before each attempt, with the owning endpoint's scope in the same statement: a
+        config whose endpoint lost :data:`PUSH_VERB` comes back ``granted=False`` and gets no attempt."""
+        stmt = (
+            select(
+                cfg.c.url_enc, cfg.c.token_enc, cfg.c.auth_scheme, cfg.c.credentials_enc, endpoints.c.verbs
+            )
+            .join_from(cfg, endpoints, endpoints.c.id == cfg.c.owner_endpoint_id)
+            .where(cfg.c.id == row_id)
         )
         async with self.db.read() as conn:
             row = (await conn.execute(stmt)).first()
@@ -307,6 +329,7 @@ class ConfigStore:
             open_(row.token_enc, "token"),
             row.auth_scheme,
             open_(row.credentials_enc, "credentials"),
+            PUSH_VERB in json.loads(row.verbs),
         )
 
     async def purge_finished(self, before_ms: int) -> int:

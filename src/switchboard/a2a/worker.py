@@ -56,6 +56,7 @@ SEQUENCE_HEADER = "x-switchboard-sequence"
 TASK_HEADER = "x-switchboard-task-id"
 TOKEN_HEADER = "x-a2a-notification-token"
 RESPONSE_TIMEOUT = "response_timeout"  # outbox last_error: timed out awaiting the response
+SCOPE_REVOKED = "revoked"  # outbox last_error and outcome: the endpoint lost a2a_push_config
 SLOW_MEMORY_SECONDS = 3600.0
 
 
@@ -316,6 +317,13 @@ class DeliveryWorker:
         config = await self.configs.sendable(item.config_id)
         if config is None:
             return  # deleted since: its outbox rows went with it, and no attempt may start
+        if not config.granted:
+            # The owner took a2a_push_config away from the sending endpoint: no call goes out, and the
+            # delivery ends now rather than waiting for a grant that may never come (docs/a2a.md).
+            self.metrics.a2a_push_deliveries.labels(SCOPE_REVOKED).inc()
+            self._log(item, item.attempts, "none", status=None, outcome=SCOPE_REVOKED)
+            await self.outbox.failed(item, status=None, error=SCOPE_REVOKED, now_ms=ms(self.clock.now()))
+            return
         attempt = item.attempts + 1
         ips: tuple[str, ...] = (item.host,)
         if self.validator is not None:

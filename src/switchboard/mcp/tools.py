@@ -31,6 +31,7 @@ from mcp_types import ToolAnnotations
 from switchboard.mcp.errors import TODO_NOT_FOUND, ErrorCode, VerbError, error_result
 from switchboard.mcp.schemas import Todo
 from switchboard.store.accounts import Endpoint
+from switchboard.text import neutralize
 
 if TYPE_CHECKING:
     from switchboard.mcp.doorbell import Doorbell
@@ -129,14 +130,22 @@ def _json(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
+def _shown(text: str | None) -> str | None:
+    return None if text is None else neutralize(text)
+
+
 def todo_view(row: Any, *, payload: bool = True) -> Todo:
-    """A todo as verbs return it. ``payload=False`` for listings, which stay small."""
+    """A todo as verbs return it. ``payload=False`` for listings, which stay small.
+
+    Title, kind and source are shown to an agent, so they go through the doorbell's
+    :func:`~switchboard.text.neutralize` (no bidi override or control character reorders or hides text);
+    payload and result are data and come back exactly as stored."""
     view: dict[str, Any] = {
         "id": row.id,
         "queue": row.queue,
-        "kind": row.kind,
-        "source": row.source,
-        "title": row.title,
+        "kind": _shown(row.kind),
+        "source": _shown(row.source),
+        "title": _shown(row.title),
         "status": row.status,
         "attempt": row.attempt,
         "lease_expires_at": iso(row.lease_expires_at),

@@ -71,10 +71,11 @@ from switchboard.push import (
     standard_headers,
 )
 from switchboard.ratelimit import WindowLimiter
-from switchboard.store.accounts import AccountStore
+from switchboard.store.accounts import AccountStore, Endpoint
 from switchboard.store.presence import PresenceReturn
 from switchboard.store.todos import TodoStore
 from switchboard.store.transitions import Transition
+from switchboard.verbs import NOTIFY_HOOKS
 
 log = get_logger("switchboard.notify")
 
@@ -135,6 +136,15 @@ def attempt_result(err: PushError) -> str:
     """The REQ-11 label, exactly the push taxonomy's (docs/push.md): a status outside 2xx-5xx (a 699)
     is ``other``, never folded into ``4xx`` or ``5xx``."""
     return err.result
+
+
+def hooks_granted(endpoint: Endpoint) -> bool:
+    """Fire-time scope governs (REQ-1): an endpoint's hooks fire only while its scope holds at least one
+    notify-hook verb. The owner cutting them all pauses its hooks (docs/notify-hooks.md, "Scope cut")."""
+    return not NOTIFY_HOOKS_VERBS.isdisjoint(endpoint.verbs)
+
+
+NOTIFY_HOOKS_VERBS = frozenset(NOTIFY_HOOKS.verbs)
 
 
 def jittered(delay: float) -> float:
@@ -266,7 +276,7 @@ class Dispatcher:
         urls: dict[str, str | None] = {}  # hook -> URL, opened once per batch, on its first match
         for t in wanted:
             match = found.get(t.endpoint_id or "")
-            if match is None:
+            if match is None or not hooks_granted(match.endpoint):
                 continue
             endpoint = match.endpoint
             now = self.clock.now()
@@ -324,7 +334,7 @@ class Dispatcher:
         if reason is None:
             return
         found = (await self.hooks.enabled_with_endpoints([event.endpoint_id])).get(event.endpoint_id)
-        if found is None:
+        if found is None or not hooks_granted(found.endpoint):
             return
         endpoint = found.endpoint
         now = self.clock.now()

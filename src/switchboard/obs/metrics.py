@@ -104,7 +104,7 @@ class Metrics:
         # A2A push notifications (docs/a2a.md).
         self.a2a_push_deliveries = Counter(
             "switchboard_a2a_push_deliveries_total",
-            "A2A push deliveries by final outcome (delivered, failed, exhausted).",
+            "A2A push deliveries by final outcome (delivered, failed, exhausted, revoked).",
             ["outcome"],
             registry=r,
         )

@@ -95,6 +95,12 @@ class WebComponent:
             route(w, "/endpoints/{slug}/hooks/{hook_id}/{action}", endpoints.hook_action, methods=post),
             route(
                 w,
+                "/endpoints/{slug}/push-configs/{task_id}/{config_id}/delete",
+                endpoints.delete_push_config,
+                methods=post,
+            ),
+            route(
+                w,
                 "/endpoints/{slug}/connections/{grant_id}/revoke",
                 endpoints.revoke_connection,
                 methods=post,

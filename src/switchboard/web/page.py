@@ -29,6 +29,7 @@ from switchboard.services import Services
 from switchboard.settings import Settings
 from switchboard.store.errors import StoreUnavailable
 from switchboard.web.errors import CsrfRejected, TooLarge, WebError
+from switchboard.web.hosts import HostCheck
 from switchboard.web.keys import Keys
 from switchboard.web.render import Renderer
 from switchboard.web.security import CSP_SCOPE_KEY, SecureHeaders, safe_next
@@ -45,6 +46,7 @@ FLASH = {
     "hook_disabled": ("ok", "Hook disabled. It will not be called until it is re-enabled."),
     "hook_enabled": ("ok", "Hook re-enabled; its failure count was reset."),
     "hook_deleted": ("ok", "Hook deleted."),
+    "push_config_deleted": ("ok", "Push config deleted. Its pending deliveries went with it."),
     "presence_set": ("ok", "Presence override saved."),
     "presence_cleared": ("ok", "Presence override cleared: the endpoint's own clock-in state applies."),
     "scope_saved": ("ok", "Scope saved. It applies to the endpoint's next call."),
@@ -184,6 +186,7 @@ class Page:
         self.handler = handler
         self.methods = {m.upper() for m in methods} | ({"HEAD"} if "GET" in methods else set())
         self.signed_in = signed_in
+        self.hosts = HostCheck(web.settings.public_url)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -195,6 +198,13 @@ class Page:
         sid = self._session_id(request)
         visit = Visit(self.web, request, sid or secrets.token_urlsafe(32), None, new_sid=sid is None)
         try:
+            if not self.hosts.allows(request.headers.get("host")):
+                return self._error(
+                    visit,
+                    400,
+                    "Unknown host",
+                    "This server answers its web pages only at its public address.",
+                )
             if request.method not in self.methods:
                 response = self._error(visit, 405, "Not allowed", "This page does not accept that request.")
                 response.headers["allow"] = ", ".join(sorted(self.methods))

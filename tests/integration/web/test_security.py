@@ -106,6 +106,8 @@ def fill(path: str, t: Tenant, **extra: str) -> str:
         "grant_id": t.grant_id,
         "route_id": t.route_id,
         "todo_id": t.todo_id,
+        "task_id": t.todo_id,  # an A2A task is a todo; this one has no push config
+        "config_id": "pnc-none",
         "human_id": t.human_id,
         "token": "not-the-token",
         **extra,

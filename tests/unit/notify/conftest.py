@@ -19,6 +19,7 @@ from switchboard.obs.metrics import Metrics
 from switchboard.store.accounts import AccountStore, Endpoint
 from switchboard.store.db import Database
 from switchboard.store.schema import endpoints, notify_hooks
+from switchboard.verbs import NOTIFY_HOOKS
 
 
 @dataclass
@@ -38,7 +39,8 @@ class NotifyDB:
             human = await self.accounts.create_human(
                 f"h{self.humans}-{slug}@example.com", "a long passphrase"
             )
-        endpoint, _ = await self.accounts.vend_endpoint(human, slug, list(queues), [])
+        # The notify-hook verbs: hooks fire only while the endpoint holds one (docs/notify-hooks.md).
+        endpoint, _ = await self.accounts.vend_endpoint(human, slug, list(queues), list(NOTIFY_HOOKS.verbs))
         return endpoint
 
     async def hook(

@@ -130,6 +130,10 @@ async def matching_world(ndb: NotifyDB) -> World:
     h = await ndb.endpoint("ep-h")
     h_off = await ndb.hook(h, path="/h-off")
     await ndb.hooks.set_enabled_by_owner(h.id, h_off.id, False)
+    s = await ndb.endpoint("ep-s")  # its owner later took every notify-hook verb away
+    await ndb.hook(s, path="/s-cut")
+    await ndb.hook(s, ignore_presence=True, path="/s-cut-ign")
+    await ndb.accounts.set_scope(s.id, verbs=["claim_next"])
 
     ts = [
         ready(a, "inbox", 0),  # a_all, a_ign (a_rev is for reviews)
@@ -148,6 +152,7 @@ async def matching_world(ndb: NotifyDB) -> World:
         ready(b, "other", 13),  # not in B's scope
         ready(h, "inbox", 14),  # its only hook is disabled
         ready(a, "reviews", 15),  # a_rev; a_all and a_ign are over their rate (2 per minute here)
+        ready(s, "inbox", 16),  # scope cut: its hooks are paused
     ]
     by_id = sorted([a_all, a_rev, a_ign], key=lambda x: x.id)
     expected = [

@@ -10,18 +10,21 @@ from typing import Any
 
 from starlette.responses import Response
 
+from switchboard.a2a.component import A2AComponent
+from switchboard.a2a.configs import PUSH_VERB
 from switchboard.audit import audit
 from switchboard.notify.component import NotifyComponent
 from switchboard.notify.errors import HookNotFound
 from switchboard.notify.process import WorkerUnavailable
 from switchboard.store.accounts import SLUG, Endpoint
 from switchboard.store.errors import Conflict
-from switchboard.verbs import DEFAULT_GRANT
+from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from switchboard.web.errors import BadRequest, NotFound
 from switchboard.web.grants import grant_groups, parse_queues, parse_verbs
 from switchboard.web.page import Visit
 
 RECENT_TODOS = 25
+PUSH_CONFIGS_SHOWN = 100
 
 
 async def own_endpoint(v: Visit) -> Endpoint:
@@ -32,6 +35,11 @@ async def own_endpoint(v: Visit) -> Endpoint:
     if endpoint is None or endpoint.human_id != v.me.id:
         raise NotFound()
     return endpoint
+
+
+def a2a_of(v: Visit) -> A2AComponent | None:
+    component = v.web.services.extras.get("a2a")
+    return component if isinstance(component, A2AComponent) else None
 
 
 def notify_of(v: Visit) -> NotifyComponent | None:
@@ -150,6 +158,8 @@ async def card(v: Visit, *, notice: dict[str, Any] | None = None) -> Response:
     todos = await services.todos.list_for_endpoint(endpoint.id, limit=RECENT_TODOS)
     grants = await v.web.store.grants_for_endpoint(endpoint.id)
     counts = (await v.web.store.todo_counts([endpoint.id])).get(endpoint.id, {})
+    a2a = a2a_of(v)
+    push_configs = await a2a.configs.list_for_endpoint(endpoint.id, PUSH_CONFIGS_SHOWN + 1) if a2a else []
     return v.render(
         "endpoint.html",
         title=endpoint.slug,
@@ -167,6 +177,11 @@ async def card(v: Visit, *, notice: dict[str, Any] | None = None) -> Response:
         queues_text=", ".join(endpoint.queues),
         mcp_url=v.base_url() + "/mcp",
         oauth_on=v.web.oauth is not None,
+        # A scope cut pauses outbound calls (docs/notify-hooks.md, docs/a2a.md): the card says so.
+        hooks_paused=set(NOTIFY_HOOKS.verbs).isdisjoint(endpoint.verbs),
+        push_configs=push_configs[:PUSH_CONFIGS_SHOWN],
+        push_configs_more=len(push_configs) > PUSH_CONFIGS_SHOWN,
+        push_paused=PUSH_VERB not in endpoint.verbs,
     )
 
 
@@ -253,6 +268,19 @@ async def hook_action(v: Visit) -> Response:
             v.web.services.metrics.notify_disabled.labels("operator").inc()
         return v.redirect(*_back(endpoint, "hook_disabled"))
     return v.redirect(*_back(endpoint, "hook_enabled"))
+
+
+async def delete_push_config(v: Visit) -> Response:
+    """The owner removes one of the endpoint's tasks' A2A push configs, through the same store call as
+    the A2A DeleteTaskPushNotificationConfig; another endpoint's config is not found alike."""
+    endpoint = await own_endpoint(v)
+    a2a = a2a_of(v)
+    task_id = str(v.request.path_params.get("task_id", ""))
+    config_id = str(v.request.path_params.get("config_id", ""))
+    if a2a is None or not await a2a.configs.delete(endpoint.id, task_id, config_id):
+        raise NotFound("That push config does not exist on this endpoint.")
+    audit("a2a_push_config.delete", v.me.email, endpoint_id=endpoint.id, task_id=task_id, config=config_id)
+    return v.redirect(*_back(endpoint, "push_config_deleted"))
 
 
 async def revoke_connection(v: Visit) -> Response:
