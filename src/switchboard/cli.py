@@ -424,7 +424,13 @@ async def todo_show(services: Services, args: argparse.Namespace) -> Output:
 async def todo_move(services: Services, args: argparse.Namespace) -> Output:
     """The console's requeue (a failed or dead todo back to pending) and cancel, through the todo
     store's transition path: subscribers hear of it and the timeline names the actor ``cli``."""
+    from switchboard.a2a.configs import ConfigStore
+    from switchboard.a2a.fanout import Fanout
+
     row = await _require_todo(services, args.todo_id)
+    # The in-transaction fan-out every server instance registers: an A2A task's todo gets its sequence
+    # number and push-outbox rows in this transaction, which the servers' push workers then deliver.
+    services.hub.add_in_transaction(Fanout(ConfigStore(services.db, services.envelope, services.clock)))
     todos = services.todos
     move = todos.requeue if args.action == "requeue" else todos.cancel
     moved = await move(row.endpoint_id, row.id, actor="cli")
