@@ -131,3 +131,33 @@ async def test_todo_token_and_secret_commands_on_a_live_server(tmp_path: Path) -
                 "wk-src"
             ) == 1
             assert "secret" not in json.dumps((await cli(env, data, "source", "list"))["sources"])
+
+
+async def test_a_cli_requeue_of_an_a2a_task_is_pushed_by_the_server(tmp_path: Path) -> None:
+    """The CLI writes the A2A push outbox in the requeue's own transaction, as a server instance does;
+    the server's push worker delivers it (the CLI process itself sends nothing)."""
+    from tests.integration.a2a.conftest import a2a_env, message, push_config, send
+
+    async with a2a_env(tmp_path) as env:
+        _, token = await env.endpoint("client")
+        worker = await env.worker()
+        client = await env.client(token)
+        task = await send(client, message("requeue me"), push=push_config(env.url()))
+        await worker.ok("claim_next")
+        await worker.ok("fail", {"todo_id": task.id, "error": "flaky", "retry": False})
+        await env.settle()
+        before = [p.seq for p in env.pushes()]
+
+        requeued = await cli(server_env(), tmp_path, "todo", "requeue", task.id)
+        assert requeued["todo"]["status"] == "pending"
+        # The CLI's rows are due at its (real) clock, seconds ahead of this server's manual one.
+        await env.advance(30)
+        after = env.pushes()
+        assert [p.seq for p in after] == [*before, before[-1] + 1], [p.seq for p in after]
+        assert after[-1].task_id == task.id
+        assert after[-1].state == "TASK_STATE_SUBMITTED", after[-1].state
+
+        await cli(server_env(), tmp_path, "todo", "cancel", task.id)
+        await env.advance(30)
+        assert env.pushes()[-1].state == "TASK_STATE_CANCELED"
+        assert (await env.outbox_statuses())[-1] == (before[-1] + 2, "delivered")
