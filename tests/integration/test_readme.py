@@ -13,6 +13,7 @@ which the README's lines read with their defaults."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -103,7 +104,8 @@ def test_the_readme_quick_start_from_a_fresh_clone(tmp_path: Path) -> None:
             if line.startswith('{"webhook-id"'):
                 notification = json.loads(line)
     finally:
-        os.killpg(run.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):  # everything in it may have ended already
+            os.killpg(run.pid, signal.SIGTERM)
         run.wait(timeout=30)
         stderr.close()
     elapsed = time.monotonic() - started
