@@ -30,13 +30,15 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from switchboard import ops, preflight
 from switchboard.audit import audit
+from switchboard.ids import looks_like
 from switchboard.ingest.derive import valid_kind
-from switchboard.ingest.verify import mint_path_token, mint_source_secret
+from switchboard.ingest.verify import new_source_secret
 from switchboard.obs import configure_logging, get_logger
 from switchboard.obs.logs import scrub
 from switchboard.services import Services, build_services
 from switchboard.settings import Settings
 from switchboard.store.accounts import EMAIL, QUEUE, SLUG, Endpoint
+from switchboard.store.console import AGES, STATES
 from switchboard.store.db import SchemaMismatch
 from switchboard.store.errors import Conflict, NotFound, StoreError, StoreUnavailable
 from switchboard.store.sources import KINDS, TRUSTS
@@ -124,6 +126,22 @@ def _verbs(value: str) -> list[str]:
             f"unknown verbs: {', '.join(bad)} (valid verbs: {', '.join(sorted(ALL_VERBS))})"
         )
     return verbs
+
+
+def _limit(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 500:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a count from 1 to 500")
+    return n
+
+
+def _todo_id(value: str) -> str:
+    if not looks_like("td", value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a todo id (td_...)")
+    return value
 
 
 # -- rendering ----------------------------------------------------------------------------------------
@@ -270,6 +288,199 @@ async def source_delete(services: Services, args: argparse.Namespace) -> Output:
     )
 
 
+# -- hooks, todos, tokens and secrets: the web card's and console's operations, for scripts ------------
+
+
+async def _require_endpoint(services: Services, slug: str) -> Endpoint:
+    endpoint = await services.accounts.endpoint_by_slug(slug)
+    if endpoint is None:
+        raise CliError(f"no endpoint with slug {slug!r}", "not_found", EXIT_FAILED)
+    return endpoint
+
+
+def _hooks(services: Services) -> Any:
+    from switchboard.notify.component import hook_store
+
+    return hook_store(services)
+
+
+async def hook_list(services: Services, args: argparse.Namespace) -> Output:
+    """The endpoint card's hook list: URLs redacted, health shown, never a secret."""
+    from switchboard.notify.service import hook_view
+
+    endpoint = await _require_endpoint(services, args.slug)
+    hooks = [hook_view(h) for h in await _hooks(services).list_for_endpoint(endpoint.id)]
+    rows = [
+        [
+            h["hook_id"],
+            "yes" if h["enabled"] else f"no ({h['disabled_reason'] or '-'})",
+            str(h["last_status"] or "-"),
+            str(h["consecutive_failures"]),
+            h["url"],
+        ]
+        for h in hooks
+    ]
+    text = _table(["HOOK", "ENABLED", "LAST", "FAILURES", "URL"], rows, "(no hooks)")
+    return Output({"endpoint": endpoint.slug, "hooks": hooks}, text)
+
+
+async def hook_set_enabled(services: Services, args: argparse.Namespace) -> Output:
+    """The owner's disable / re-enable from the endpoint card (SPEC-0024 REQ-10): the same store call,
+    so a disable is recorded as the human's (``disabled_reason: operator``), which only a human lifts."""
+    from switchboard.notify.errors import HookNotFound
+    from switchboard.notify.service import hook_view
+
+    endpoint = await _require_endpoint(services, args.slug)
+    enable = args.action == "enable"
+    store = _hooks(services)
+    try:
+        await store.get(endpoint.id, args.hook_id)  # another endpoint's hook is not found alike
+        changed = await store.set_enabled_by_owner(endpoint.id, args.hook_id, enable)
+        hook = await store.get(endpoint.id, args.hook_id)
+    except HookNotFound:
+        raise CliError(
+            f"no hook {args.hook_id!r} on endpoint {endpoint.slug!r}", "not_found", EXIT_FAILED
+        ) from None
+    if changed:
+        audit("hook.enable" if enable else "hook.disable", "cli", endpoint_id=endpoint.id, hook_id=hook.id)
+    verb = ("enabled" if enable else "disabled") if changed else "unchanged"
+    return Output({"hook": hook_view(hook), "changed": changed}, f"hook {hook.id} {verb}")
+
+
+async def hook_delete(services: Services, args: argparse.Namespace) -> Output:
+    from switchboard.notify.errors import HookNotFound
+
+    endpoint = await _require_endpoint(services, args.slug)
+    store = _hooks(services)
+    try:
+        await store.get(endpoint.id, args.hook_id)
+        await store.delete(endpoint.id, args.hook_id)
+    except HookNotFound:
+        raise CliError(
+            f"no hook {args.hook_id!r} on endpoint {endpoint.slug!r}", "not_found", EXIT_FAILED
+        ) from None
+    audit("hook.delete", "cli", endpoint_id=endpoint.id, hook_id=args.hook_id)
+    return Output({"deleted": args.hook_id, "endpoint": endpoint.slug}, f"deleted hook {args.hook_id}")
+
+
+def _todo_json(row: Any) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "endpoint": row.endpoint_slug,
+        "queue": row.queue,
+        "status": row.status,
+        "title": row.title,
+        "kind": row.kind,
+        "source": row.source,
+        "attempt": row.attempt,
+        "last_error": row.last_error,
+        "created_at": _iso(row.created_at),
+        "updated_at": _iso(row.updated_at),
+    }
+
+
+async def todo_list(services: Services, args: argparse.Namespace) -> Output:
+    """The console's filtered list (newest first), over every tenant or one human's."""
+    from switchboard.store.console import TodoFilter
+
+    human_id = (await _require_human(services, args.human)).id if args.human else None
+    f = TodoFilter(args.state or "", args.queue or "", args.source or "", args.endpoint or "", args.age or "")
+    rows = await services.console.list_todos(human_id, f, limit=args.limit, before=args.before)
+    found = [_todo_json(r) for r in rows]
+    table = [
+        [t["id"], t["status"], t["endpoint"], t["queue"], t["created_at"], t["title"][:60]] for t in found
+    ]
+    text = _table(["ID", "STATUS", "ENDPOINT", "QUEUE", "CREATED", "TITLE"], table, "(no todos)")
+    return Output({"todos": found}, text)
+
+
+async def _require_todo(services: Services, todo_id: str) -> Any:
+    row = await services.console.todo(None, todo_id)
+    if row is None:
+        raise CliError(f"no todo {todo_id!r}", "not_found", EXIT_FAILED)
+    return row
+
+
+async def todo_show(services: Services, args: argparse.Namespace) -> Output:
+    row = await _require_todo(services, args.todo_id)
+    events = [
+        {
+            "at": _iso(e.at),
+            "transition": e.transition,
+            "reason": e.reason,
+            "attempt": e.attempt,
+            "actor": e.actor,
+        }
+        for e in await services.console.timeline(row.id)
+    ]
+    todo = {**_todo_json(row), "payload": json.loads(row.payload), "result": row.result}
+    lines = [f"{k}: {v}" for k, v in _todo_json(row).items()]
+    lines += [
+        f"  {e['at']}  {e['transition']:<10} {e['reason'] or ''} {e['actor'] or ''}".rstrip() for e in events
+    ]
+    return Output({"todo": todo, "timeline": events}, "\n".join(lines))
+
+
+async def todo_move(services: Services, args: argparse.Namespace) -> Output:
+    """The console's requeue (a failed or dead todo back to pending) and cancel, through the todo
+    store's transition path: subscribers hear of it and the timeline names the actor ``cli``."""
+    from switchboard.a2a.configs import ConfigStore
+    from switchboard.a2a.fanout import Fanout
+
+    row = await _require_todo(services, args.todo_id)
+    # The in-transaction fan-out every server instance registers: an A2A task's todo gets its sequence
+    # number and push-outbox rows in this transaction, which the servers' push workers then deliver.
+    services.hub.add_in_transaction(Fanout(ConfigStore(services.db, services.envelope, services.clock)))
+    todos = services.todos
+    move = todos.requeue if args.action == "requeue" else todos.cancel
+    moved = await move(row.endpoint_id, row.id, actor="cli")
+    if moved is None:
+        only = (
+            "a failed or dead todo can be requeued"
+            if args.action == "requeue"
+            else "a pending, claimed or failed todo can be canceled"
+        )
+        raise CliError(
+            f"todo {row.id} is {row.status}: only {only}; nothing changed",
+            "conflict",
+            EXIT_FAILED,
+        )
+    audit(f"todo.{args.action}", "cli", todo_id=row.id, endpoint_id=row.endpoint_id, was=row.status)
+    now = _todo_json(await _require_todo(services, row.id))
+    return Output({"todo": now, "was": row.status}, f"todo {row.id}: {row.status} -> {now['status']}")
+
+
+async def endpoint_revoke_token(services: Services, args: argparse.Namespace) -> Output:
+    """The card's "revoke credential": the bearer token stops at once; OAuth connections are apart."""
+    endpoint = await _require_endpoint(services, args.slug)
+    await services.accounts.revoke_token(endpoint.id, actor="cli")
+    return Output(
+        {"endpoint": endpoint.slug, "token_revoked": True},
+        f"revoked the token of {endpoint.slug}; the owner re-vends one in the web UI",
+    )
+
+
+async def source_rotate_secret(services: Services, args: argparse.Namespace) -> Output:
+    """A new secret (printed once), minted by the same function as ``source create`` and the web's."""
+    source = next((s for s in await services.sources.list_sources() if s.slug == args.slug), None)
+    if source is None:
+        raise CliError(f"no source with slug {args.slug!r}", "not_found", EXIT_FAILED)
+    if warning := _shares_key_warning(services.settings):
+        _warn(warning)
+    secret = new_source_secret(source.kind, source.trust)
+    await services.sources.rotate_secret(source.id, secret)
+    audit("source.rotate_secret", "cli", source_id=source.id, slug=source.slug)
+    path = f"/in/{source.slug}/{secret}" if source.trust == "token" else f"/in/{source.slug}"
+    url = _inbound(services.settings, path)
+    text = (
+        f"rotated the secret of source {source.slug}: the old one no longer verifies\n"
+        f"inbound path: {path}\n"
+        + (f"inbound url:  {url}\n" if url else "")
+        + f"secret: {secret}\n{REVEAL_NOTE}"
+    )
+    return Output({"source": source.slug, "inbound_path": path, "inbound_url": url, "secret": secret}, text)
+
+
 async def human_list(services: Services, args: argparse.Namespace) -> Output:
     humans = [_human_json(row) for row in await services.accounts.list_humans()]
     rows = [[h["email"], h["id"], "yes" if h["operator"] else "no", h["created_at"]] for h in humans]
@@ -344,8 +555,7 @@ async def endpoint_grant(services: Services, args: argparse.Namespace) -> Output
 
 async def source_create(services: Services, args: argparse.Namespace) -> Output:
     human = await _require_human(services, args.human)
-    # A token-trust source is authenticated by its URL path, so its secret is the path token.
-    secret = mint_path_token() if args.trust == "token" else mint_source_secret(args.kind)
+    secret = new_source_secret(args.kind, args.trust)
     if warning := _shares_key_warning(services.settings):
         _warn(warning)
     source = await services.sources.create(human.id, args.slug, args.kind, args.trust, secret)
@@ -591,6 +801,41 @@ def build_parser() -> argparse.ArgumentParser:
     command(sources, "list", source_list, "list sources (never their secrets)")
     cmd = command(sources, "delete", source_delete, "delete a source and its routes (its todos stay)")
     cmd.add_argument("slug", type=_slug, metavar="SLUG")
+
+    cmd = command(endpoints, "revoke-token", endpoint_revoke_token, "revoke an endpoint's bearer token")
+    cmd.add_argument("slug", type=_slug, metavar="SLUG")
+    cmd = command(sources, "rotate-secret", source_rotate_secret, "mint a new source secret, print it once")
+    cmd.add_argument("slug", type=_slug, metavar="SLUG")
+
+    hooks = group("hook", "an endpoint's notify hooks, as its owner sees them on the endpoint card")
+    cmd = command(hooks, "list", hook_list, "list an endpoint's hooks (URLs redacted, never a secret)")
+    cmd.add_argument("slug", type=_slug, metavar="ENDPOINT")
+    for name, handler, what in (
+        ("disable", hook_set_enabled, "disable a hook as its owner (only a human re-enables it)"),
+        ("enable", hook_set_enabled, "re-enable a hook (lifts any disable)"),
+        ("delete", hook_delete, "delete a hook"),
+    ):
+        cmd = command(hooks, name, handler, what)
+        cmd.add_argument("slug", type=_slug, metavar="ENDPOINT")
+        cmd.add_argument("hook_id", metavar="HOOK_ID")
+
+    work = group("todo", "list, show, requeue and cancel todos (the web console's operations)")
+    cmd = command(work, "list", todo_list, "todos, newest first, filtered")
+    cmd.add_argument("--human", metavar="EMAIL", help="only this human's endpoints' todos")
+    cmd.add_argument("--state", choices=STATES)
+    cmd.add_argument("--queue", type=_queue, metavar="Q")
+    cmd.add_argument("--source", type=_slug, metavar="SLUG")
+    cmd.add_argument("--endpoint", type=_slug, metavar="SLUG")
+    cmd.add_argument("--age", choices=tuple(AGES), help="older than")
+    cmd.add_argument("--limit", type=_limit, default=50, metavar="N", help="at most N (default 50, max 500)")
+    cmd.add_argument("--before", type=_todo_id, metavar="TODO_ID", help="page on: todos older than this one")
+    for name, handler, what in (
+        ("show", todo_show, "a todo with its payload and timeline"),
+        ("requeue", todo_move, "put a failed or dead todo back to pending with a fresh attempt budget"),
+        ("cancel", todo_move, "cancel a pending, claimed or failed todo"),
+    ):
+        cmd = command(work, name, handler, what)
+        cmd.add_argument("todo_id", type=_todo_id, metavar="TODO_ID")
 
     routes = group("route", "map sources to queues and endpoints")
     cmd = command(routes, "create", route_create, "route a source's deliveries to a queue and endpoint")

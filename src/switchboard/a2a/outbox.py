@@ -45,6 +45,7 @@ class Claimed:
     attempts: int  # attempts made before this one
     claim_token: str
     last_error: str | None = None  # the reason the previous attempt failed
+    created_ms: int = 0  # when the transition's push was enqueued (its commit): delivery latency's start
 
     @classmethod
     def from_row(cls, row: Row[Any], token: str) -> Claimed:
@@ -59,6 +60,7 @@ class Claimed:
             int(row.attempts),
             token,
             row.last_error,
+            int(row.created_at),
         )
 
 
@@ -146,6 +148,7 @@ class OutboxStore:
                 box.c.host,
                 box.c.attempts,
                 box.c.last_error,
+                box.c.created_at,
             )
         )
         async with self.db.begin() as conn:

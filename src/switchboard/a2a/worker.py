@@ -358,7 +358,9 @@ class DeliveryWorker:
         self.metrics.a2a_push_attempts.labels("2xx").inc()
         self.metrics.a2a_push_deliveries.labels("delivered").inc()
         self._log(item, attempt, "2xx", status=result.status, duration=time.monotonic() - started)
-        await self.outbox.delivered(item, status=result.status, now_ms=ms(self.clock.now()))
+        now_ms = ms(self.clock.now())
+        self.metrics.a2a_delivery_seconds.observe(max(0, now_ms - item.created_ms) / 1000)
+        await self.outbox.delivered(item, status=result.status, now_ms=now_ms)
 
     async def _failed(self, item: Claimed, attempt: int, err: PushError) -> None:
         status = err.status if isinstance(err, StatusError) else None

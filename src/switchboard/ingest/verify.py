@@ -22,6 +22,7 @@ __all__ = [
     "delivery_id",
     "mint_path_token",
     "mint_source_secret",
+    "new_source_secret",
     "verify_signature",
 ]
 
@@ -198,3 +199,9 @@ def mint_source_secret(kind: str) -> str:
 def mint_path_token() -> str:
     """An unguessable URL path token (256 bits) for a token-trust source."""
     return secrets.token_urlsafe(32)
+
+
+def new_source_secret(kind: str, trust: str) -> str:
+    """The one place a source's secret is minted (web, CLI create, CLI rotate-secret): a token-trust
+    source is authenticated by its URL path, so its secret is the path token."""
+    return mint_path_token() if trust == "token" else mint_source_secret(kind)

@@ -169,6 +169,15 @@ class Metrics:
             DELIVERY_BUCKETS,
             registry=r,
         )
+        # The A2A push worker runs in the server process: a plain histogram. Its clock is the outbox
+        # row's created_at, written in the transaction that committed the task's transition.
+        self.a2a_delivery_seconds = Histogram(
+            "switchboard_a2a_push_delivery_seconds",
+            "From the committed task transition (its push enqueued) to the receiver's 2xx, per delivered "
+            "A2A push (retries included).",
+            buckets=DELIVERY_BUCKETS,
+            registry=r,
+        )
         self.mcp_request_seconds = Histogram(
             "switchboard_mcp_request_seconds",
             "MCP requests on /mcp from arrival to the end of the response, by JSON-RPC method and tool "

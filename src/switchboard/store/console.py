@@ -133,13 +133,15 @@ class ConsoleStore:
     # -- todos --------------------------------------------------------------------------------------
 
     async def list_todos(
-        self, human_id: str, f: TodoFilter, *, limit: int = 50, before: str | None = None
+        self, human_id: str | None, f: TodoFilter, *, limit: int = 50, before: str | None = None
     ) -> list[Row[Any]]:
-        stmt = (
-            select(todos, endpoints.c.slug.label("endpoint_slug"))
-            .join(endpoints, endpoints.c.id == todos.c.endpoint_id)
-            .where(endpoints.c.human_id == human_id)
+        """One human's todos, newest first; ``human_id=None`` is the instance operator's admin CLI,
+        which sees every tenant's (docs/cli.md: it acts as the operator, without ownership checks)."""
+        stmt = select(todos, endpoints.c.slug.label("endpoint_slug")).join(
+            endpoints, endpoints.c.id == todos.c.endpoint_id
         )
+        if human_id is not None:
+            stmt = stmt.where(endpoints.c.human_id == human_id)
         if f.state:
             stmt = stmt.where(todos.c.status == f.state)
         if f.queue:
@@ -174,12 +176,15 @@ class ConsoleStore:
             slugs = (await conn.execute(select(endpoints.c.slug).where(owned))).scalars().all()
         return {"queues": sorted(queues), "sources": sorted(sources), "endpoints": sorted(slugs)}
 
-    async def todo(self, human_id: str, todo_id: str) -> Row[Any] | None:
+    async def todo(self, human_id: str | None, todo_id: str) -> Row[Any] | None:
+        """The todo if it is one of the human's (any tenant's for ``human_id=None``: the admin CLI)."""
         stmt = (
             select(todos, endpoints.c.slug.label("endpoint_slug"))
             .join(endpoints, endpoints.c.id == todos.c.endpoint_id)
-            .where(todos.c.id == todo_id, endpoints.c.human_id == human_id)
+            .where(todos.c.id == todo_id)
         )
+        if human_id is not None:
+            stmt = stmt.where(endpoints.c.human_id == human_id)
         async with self.db.read() as conn:
             return (await conn.execute(stmt)).first()
 

@@ -107,6 +107,20 @@ class SourceStore:
         async with self.db.read() as conn:
             return [Source.from_row(r) for r in (await conn.execute(stmt)).all()]
 
+    async def rotate_secret(self, source_id: str, secret: str) -> Source:
+        """Replace the source's secret (sealed as at create); the old one stops verifying at once, and
+        for token trust the old inbound URL stops working. No grace: a sender is re-keyed by hand."""
+        async with self.db.begin() as conn:
+            moved = await conn.execute(
+                update(sources)
+                .where(sources.c.id == source_id)
+                .values(secret_enc=self.envelope.seal(secret, f"sources:{source_id}:secret"))
+            )
+            if moved.rowcount != 1:
+                raise NotFound("no such source")
+            row = (await conn.execute(select(sources).where(sources.c.id == source_id))).one()
+        return Source.from_row(row)
+
     async def set_quarantine(self, source_id: str, quarantined: bool) -> None:
         async with self.db.begin() as conn:
             await conn.execute(

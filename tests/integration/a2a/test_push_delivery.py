@@ -55,6 +55,7 @@ async def test_every_transition_arrives_in_sequence_with_the_token_and_authentic
     assert pushes[0].event["contextId"] == task.context_id
     assert env.metric("switchboard_a2a_push_deliveries_total", outcome="delivered") == 3
     assert env.metric("switchboard_a2a_push_attempts_total", result="2xx") == 3
+    assert env.metric("switchboard_a2a_push_delivery_seconds_count") == 3
 
 
 async def test_a_config_added_later_hears_the_transitions_after_it(env: Env) -> None:
@@ -133,6 +134,11 @@ async def test_failures_retry_with_the_adr_0007_backoff_and_keep_order(tmp_path:
         await env.advance(1)
         assert [p.seq for p in env.pushes()] == [1, 1, 1, 2]
         assert await env.outbox_statuses() == [(1, "delivered"), (2, "delivered")]
+        # Delivery latency runs from the transition's commit (the row's created_at) to the 2xx, retries
+        # included: seq 1 waited 90 s of backoff, seq 2 (committed at the claim, same clock) as long.
+        assert env.metric("switchboard_a2a_push_delivery_seconds_count") == 2
+        assert env.metric("switchboard_a2a_push_delivery_seconds_sum") >= 180
+        assert env.metric("switchboard_a2a_push_delivery_seconds_bucket", le="60.0") == 0
 
         env.receiver.behaviour = Respond(500)
         await worker.ok("ack", {"todo_id": task.id})

@@ -281,7 +281,15 @@ BAD: dict[str, Bad] = {
         "route create --source src --queue q --endpoint ep --kind 'a b'", 2, "usage", ("kind",)
     ),
     "route-duplicate": Bad("route create --source src --queue q --endpoint ep", 1, "conflict", ("exists",)),
-    "unknown-command": Bad("todo list", 2, "usage", ("invalid choice",)),
+    "unknown-command": Bad("widget list", 2, "usage", ("invalid choice",)),
+    "todo-bad-id": Bad("todo show 42", 2, "usage", ("todo id",)),
+    "todo-unknown": Bad("todo requeue td_00000000000000000000000000", 1, "not_found", ("no todo",)),
+    "todo-bad-limit": Bad("todo list --limit 0", 2, "usage", ("1 to 500",)),
+    "todo-bad-state": Bad("todo list --state lost", 2, "usage", ("--state", "lost")),
+    "hook-unknown-endpoint": Bad("hook list nope", 1, "not_found", ("nope",)),
+    "hook-unknown-hook": Bad("hook disable ep nh_00000000000000000000000000", 1, "not_found", ("no hook",)),
+    "revoke-unknown-endpoint": Bad("endpoint revoke-token nope", 1, "not_found", ("nope",)),
+    "rotate-unknown-source": Bad("source rotate-secret nope", 1, "not_found", ("nope",)),
 }
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from starlette.responses import Response
 
 from switchboard.audit import audit
-from switchboard.ingest.verify import mint_path_token, mint_source_secret
+from switchboard.ingest.verify import new_source_secret
 from switchboard.store.accounts import QUEUE, SLUG
 from switchboard.store.errors import Conflict
 from switchboard.store.errors import NotFound as StoreNotFound
@@ -82,8 +82,7 @@ async def create_source(v: Visit) -> Response:
         form["error"] = "Pick a kind and a trust mode from the lists."
     if form["error"]:
         return await _index(v, status=400, source_form=form)
-    # A token-trust source is authenticated by its URL path, so its secret is the path token.
-    secret = mint_path_token() if trust == "token" else mint_source_secret(kind)
+    secret = new_source_secret(kind, trust)
     try:
         source = await v.web.services.sources.create(v.me.id, slug, kind, trust, secret)
     except (ValueError, Conflict) as exc:
