@@ -14,7 +14,33 @@ branch_labels = None
 depends_on = None
 
 
+# On SQLite a batch alter recreates a table: the old one is dropped, and with foreign keys on (and a
+# migration runs in a transaction, where the pragma cannot be turned off) the drop cascades to the rows
+# that reference it. Recreating a2a_tasks would delete every push config and outbox row, and recreating
+# push_notification_configs every outbox row. So on SQLite those rows are kept aside and put back.
+_KEPT = ('push_notification_configs', 'a2a_push_outbox')  # parents first
+
+
+def _keep(bind: sa.engine.Connection) -> dict[str, list[str]]:
+    columns = {}
+    for table in _KEPT:
+        columns[table] = [row[1] for row in bind.exec_driver_sql(f'PRAGMA table_info("{table}")')]
+        bind.exec_driver_sql(f'CREATE TEMP TABLE "kept_{table}" AS SELECT * FROM "{table}"')
+    return columns
+
+
+def _restore(bind: sa.engine.Connection, columns: dict[str, list[str]]) -> None:
+    for table in reversed(_KEPT):
+        bind.exec_driver_sql(f'DELETE FROM "{table}"')
+    for table in _KEPT:
+        names = ", ".join(f'"{c}"' for c in columns[table])
+        bind.exec_driver_sql(f'INSERT INTO "{table}" ({names}) SELECT {names} FROM "kept_{table}"')
+        bind.exec_driver_sql(f'DROP TABLE "kept_{table}"')
+
+
 def upgrade() -> None:
+    bind = op.get_bind()
+    kept = _keep(bind) if bind.dialect.name == 'sqlite' else None
     op.create_table('a2a_task_events',
     sa.Column('task_id', sa.String(length=40), nullable=False),
     sa.Column('seq', sa.BigInteger(), autoincrement=False, nullable=False),
@@ -37,6 +63,8 @@ def upgrade() -> None:
         batch_op.create_index('ux_a2a_tasks_message', ['owner_endpoint_id', 'message_id'], unique=True)
     with op.batch_alter_table('push_notification_configs', schema=None) as batch_op:
         batch_op.alter_column('config_id', existing_type=sa.String(length=64), type_=sa.String(length=255), existing_nullable=False)
+    if kept is not None:
+        _restore(bind, kept)
 
 
 def downgrade() -> None:
