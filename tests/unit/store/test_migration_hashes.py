@@ -23,7 +23,9 @@ LANDED = {
     "0004_web.py": "9e231dc11b2e077781de9e3f69510c13dbd4ef827b4bcb01248d53a2a75074a3",
     "0005_console.py": "7d81f1339b9477c7adf32a635f8c243b15fe23b022b5643241c28ddfa75a05fc",
     "0006_a2a_dedup.py": "2ae0f0ceebb917b6a583b534680bf169818eeda0cd7575dedbcefaf1d1b6282a",
-    "0007_repair.py": "f3b3c4d4d1446e1519f6194f0fb6f2edb9a43873b66c6a90a8f038ceb9908d88",
+    # Re-chained onto claim_index before it reached main (issue 18), so repair stays the head.
+    "0007_repair.py": "72451971e08585892112bf298135ce28a7969daf0a6655b527bd4cf552812424",
+    "0008_claim_index.py": "2b0ca149231a8e8472c85688bac150b5bc9ff5bf76375999db2c4fb7235ca576",
 }
 
 
