@@ -117,6 +117,7 @@ async def _sqlite(b: Bench, todos: int) -> dict[str, Any]:
         queues=QUEUES,
         own_sources=False,
         fanout_groups=[list(range(ENDPOINTS))],
+        owners="one",  # a source routes only to its own human's endpoints
     )
     info: dict[str, Any] = {"name": "sqlite"}
     async with running(server):
@@ -160,6 +161,7 @@ async def _postgres(b: Bench, todos: int) -> dict[str, Any]:
             queues=QUEUES,
             own_sources=False,
             fanout_groups=[list(range(ENDPOINTS))],
+            owners="one",
         )
         await extra.run("warm", {})
         info: dict[str, Any] = {"name": "postgres"}

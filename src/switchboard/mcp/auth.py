@@ -3,8 +3,9 @@
 The SDK authenticates every HTTP request through :class:`EndpointTokenVerifier` (401 from its
 ``RequireAuthMiddleware`` when it answers ``None``). Both kinds of credential come out in one shape:
 ``AccessToken(client_id=<endpoint id>, subject=<slug>, scopes=<verbs>, claims={switchboard_endpoint:
-<endpoint id>, switchboard_via: ...})``. The gate (:mod:`switchboard.mcp.gate`) re-reads the endpoint
-from the database on every call and checks the verb against its scope; :class:`GrantNarrowing` then
+<endpoint id>, switchboard_via: ...})``. The endpoint is read from the database once per call: for a
+credential, by the verifier (the gate reuses that read); for an OAuth token, by the gate. The gate then
+checks the verb against the endpoint's scope; :class:`GrantNarrowing` then
 holds an OAuth token to the verbs its human granted, so a verb the token lacks is ``forbidden`` exactly
 as a verb the endpoint lacks.
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -29,7 +31,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from switchboard.mcp.errors import error_result
 from switchboard.ratelimit import RateLimiter
 from switchboard.settings import Settings
-from switchboard.store.accounts import AccountStore, Endpoint
+from switchboard.store.accounts import AccountStore, Endpoint, hash_token
 
 if TYPE_CHECKING:
     from switchboard.services import Services
@@ -43,6 +45,9 @@ GRANT_CLAIM = "switchboard_grant"  # the verbs the human granted the OAuth clien
 
 TOKEN_LOOKUPS = "token_lookups"  # services.extras key: extra TokenLookups (the web UI adds OAuth)
 OAUTH_PROVIDER = "oauth_provider"  # services.extras key: an OAuthAuthorizationServerProvider
+
+VERIFIED_TTL = 5.0  # seconds an endpoint read at verification serves the same request's gate
+VERIFIED_KEPT = 4096  # credentials remembered at most (one per endpoint in use)
 
 TokenLookup = Callable[[str], Awaitable[AccessToken | None]]
 """A second way to recognise a bearer token (an OAuth access token). It must return an
@@ -60,6 +65,9 @@ class EndpointTokenVerifier:
     def __init__(self, accounts: AccountStore, lookups: Sequence[TokenLookup] = ()) -> None:
         self._accounts = accounts
         self._lookups = list(lookups)
+        # token hash -> (the endpoint this instance read for it, when): the gate takes the endpoint from
+        # here instead of reading it a second time in the same call (docs/mcp.md, "Grants").
+        self._verified: OrderedDict[str, tuple[Endpoint, float]] = OrderedDict()
 
     def add_lookup(self, lookup: TokenLookup) -> None:
         self._lookups.append(lookup)
@@ -67,6 +75,7 @@ class EndpointTokenVerifier:
     async def verify_token(self, token: str) -> AccessToken | None:
         endpoint = await self._accounts.endpoint_by_token(token)
         if endpoint is not None:
+            self._remember(token, endpoint)
             return AccessToken(
                 token=token,
                 client_id=endpoint.id,
@@ -79,6 +88,28 @@ class EndpointTokenVerifier:
             if access is not None and endpoint_id_of(access):
                 return access
         return None
+
+    def verified(self, access: AccessToken) -> Endpoint | None:
+        """The endpoint read from the database when this request's credential was verified, or None
+        (an OAuth token, or a read older than :data:`VERIFIED_TTL`): then the caller reads it itself.
+
+        Every request verifies its credential with a fresh read (``verify_token``), so a revoked token
+        is refused and a scope change applies on the next call, on every instance. An entry is at
+        least as new as that read; the TTL and the size bound only keep the map small."""
+        if (access.claims or {}).get(VIA_CLAIM) != VIA_CREDENTIAL:
+            return None
+        hit = self._verified.get(hash_token(access.token))
+        if hit is None or time.monotonic() - hit[1] > VERIFIED_TTL:
+            return None
+        endpoint = hit[0]
+        return endpoint if endpoint.id == endpoint_id_of(access) else None
+
+    def _remember(self, token: str, endpoint: Endpoint) -> None:
+        key = hash_token(token)
+        self._verified[key] = (endpoint, time.monotonic())
+        self._verified.move_to_end(key)
+        while len(self._verified) > VERIFIED_KEPT:
+            self._verified.popitem(last=False)
 
 
 def verifier_for(services: Services) -> EndpointTokenVerifier:

@@ -1,7 +1,7 @@
 """The one place MCP grants are enforced: server middleware in front of every inbound message.
 
-* ``tools/call``: rate limit, re-read the endpoint from the database (a scope shrink takes effect on the
-  next call), refuse verbs outside the scope with ``forbidden``, bind the endpoint for the tool, and
+* ``tools/call``: rate limit, the endpoint as read from the database for this call (a scope shrink takes
+  effect on the next call; a credential's row comes from its verification, see ``auth.py``), refuse verbs outside the scope with ``forbidden``, bind the endpoint for the tool, and
   count the outcome. Refusals are tool results (``is_error``) so an agent can read them.
 * ``tools/list``: only the verbs the endpoint may call.
 * ``subscriptions/listen`` (modern era): an endpoint may listen to its own resource URIs only (the
@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
@@ -33,7 +34,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.requests import Request
 
-from switchboard.mcp.auth import caller_endpoint_id
+from switchboard.mcp.auth import EndpointTokenVerifier, caller_endpoint_id
 from switchboard.mcp.doorbell import Doorbell, doorbell_uri, resolve
 from switchboard.mcp.errors import UNAVAILABLE_MESSAGE, error_result, result_code
 from switchboard.mcp.sessions import SESSION_HEADER
@@ -63,9 +64,15 @@ def _honest(result: HandlerResult) -> HandlerResult:
 
 class Gate:
     def __init__(
-        self, tools: ToolContext, doorbell: Doorbell, limiter: RateLimiter, offered: Callable[[str], bool]
+        self,
+        tools: ToolContext,
+        doorbell: Doorbell,
+        limiter: RateLimiter,
+        offered: Callable[[str], bool],
+        verifier: EndpointTokenVerifier,
     ) -> None:
         self.tools = tools
+        self.verifier = verifier
         self.offered = offered
         self.services = tools.services
         self.doorbell = doorbell
@@ -124,7 +131,7 @@ class Gate:
         if not self.offered(name):
             return None
         try:
-            endpoint = await self.services.accounts.endpoint(endpoint_id)
+            endpoint = await self._read(endpoint_id)
         except StoreUnavailable:
             return error_result("unavailable", UNAVAILABLE_MESSAGE)
         if endpoint is None:
@@ -173,9 +180,19 @@ class Gate:
         if endpoint_id is None:
             return None
         try:
-            return await self.services.accounts.endpoint(endpoint_id)
+            return await self._read(endpoint_id)
         except StoreUnavailable:
             raise MCPError(INTERNAL_ERROR, UNAVAILABLE_MESSAGE) from None
+
+    async def _read(self, endpoint_id: str) -> Endpoint | None:
+        """The caller's endpoint as of this call: the verifier's read for a credential (it read the row
+        moments ago for this request), a fresh read otherwise."""
+        access = get_access_token()
+        if access is not None:
+            endpoint = self.verifier.verified(access)
+            if endpoint is not None:
+                return endpoint
+        return await self.services.accounts.endpoint(endpoint_id)
 
     def _capture(self, ctx: ServerRequestContext[Any, Any], endpoint_id: str) -> None:
         """Remember a legacy session so the doorbell can reach its GET stream later."""

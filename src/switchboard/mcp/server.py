@@ -219,7 +219,13 @@ def build_mcp(services: Services, *, extra_tools: Sequence[ToolRegistrar] = ()) 
     for register in registrars:
         register(server, tools)
     server.middleware.append(
-        Gate(tools, doorbell, RateLimiter(services.clock, settings.mcp_rate_per_minute), server.offers)
+        Gate(
+            tools,
+            doorbell,
+            RateLimiter(services.clock, settings.mcp_rate_per_minute),
+            server.offers,
+            verifier,
+        )
     )
     server.middleware.append(GrantNarrowing(tools.ungated))  # inside the gate: OAuth grants
     sdk_app = server.streamable_http_app(
@@ -230,6 +236,11 @@ def build_mcp(services: Services, *, extra_tools: Sequence[ToolRegistrar] = ()) 
         # Last-Event-ID (handshake era; the SDK primes streams for 2025-11-25 clients and newer).
         event_store=MemoryEventStore(),
         retry_interval=RETRY_MS,
+        # Each call is answered with one JSON body, not an SSE stream per POST (about half of a no-op
+        # call's cost, issue 18). Switchboard's tools send nothing on a call's own stream; the doorbell
+        # rides the session's GET stream (legacy) or a subscriptions/listen stream (modern), both still
+        # SSE.
+        json_response=True,
     )
     # The resource handlers go on the low-level server the session manager serves (see resources.py).
     QueueResources(services, doorbell.sessions).install(server.session_manager.app)

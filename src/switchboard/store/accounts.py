@@ -210,15 +210,12 @@ class AccountStore:
     async def endpoint_by_token(self, token: str) -> Endpoint | None:
         if not token.startswith(TOKEN_PREFIX) or len(token) > 100:
             return None
-        async with self.db.read() as conn:
-            stmt = select(endpoints).where(endpoints.c.token_hash == hash_token(token))
-            row = (await conn.execute(stmt)).first()
-        return Endpoint.from_row(row) if row else None
+        rows = await self.db.fetch(select(endpoints).where(endpoints.c.token_hash == hash_token(token)))
+        return Endpoint.from_row(rows[0]) if rows else None
 
     async def endpoint(self, endpoint_id: str) -> Endpoint | None:
-        async with self.db.read() as conn:
-            row = (await conn.execute(select(endpoints).where(endpoints.c.id == endpoint_id))).first()
-        return Endpoint.from_row(row) if row else None
+        rows = await self.db.fetch(select(endpoints).where(endpoints.c.id == endpoint_id))
+        return Endpoint.from_row(rows[0]) if rows else None
 
     async def endpoint_by_slug(self, slug: str) -> Endpoint | None:
         async with self.db.read() as conn:

@@ -35,6 +35,7 @@ LIVE_STATUSES = ("pending", "claimed", "failed")
 # The live-dedup partial index's predicate, as literal SQL. ON CONFLICT must repeat it literally: with
 # bound parameters PostgreSQL cannot match the index once a prepared statement goes to a generic plan
 # (after 5 executions on one connection), and every insert fails.
+PENDING_PREDICATE = text("status = 'pending'")  # ix_todos_claim_pending; the claim repeats it literally
 LIVE_DEDUP_PREDICATE = text("status IN ('pending', 'claimed', 'failed') AND dedup_key IS NOT NULL")
 
 humans = Table(
@@ -119,6 +120,15 @@ todos = Table(
     Column("created_at", BigInteger, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
     Index("ix_todos_claim", "endpoint_id", "status", "queue", "created_at"),
+    # claim_next: an endpoint's pending rows in claim order (migration claim_index, issue 18).
+    Index(
+        "ix_todos_claim_pending",
+        "endpoint_id",
+        "created_at",
+        "id",
+        sqlite_where=PENDING_PREDICATE,
+        postgresql_where=PENDING_PREDICATE,
+    ),
     Index("ix_todos_lease", "status", "lease_expires_at"),
     Index("ix_todos_retry", "status", "retry_at"),
     Index(

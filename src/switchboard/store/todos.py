@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Row, and_, case, func, insert, select, update
+from sqlalchemy import Row, Select, and_, case, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from switchboard.clock import Clock, ms
 from switchboard.ids import new_id, todo_id
 from switchboard.store.db import Database
-from switchboard.store.schema import LIVE_DEDUP_PREDICATE, LIVE_STATUSES, todos
+from switchboard.store.schema import LIVE_DEDUP_PREDICATE, LIVE_STATUSES, PENDING_PREDICATE, todos
 from switchboard.store.schema_console import todo_events
 from switchboard.store.transitions import Transition, TransitionHub
 from switchboard.text import admit
@@ -84,6 +84,21 @@ class RetryPolicy:
 
     def delay(self, attempt: int) -> float:
         return float(min(self.cap, self.base * 2 ** max(0, attempt - 1)))
+
+
+def claim_pick(endpoint_id: str, queues: Sequence[str]) -> Select[tuple[str]]:
+    """The id of the endpoint's oldest pending todo on ``queues``, locked (SKIP LOCKED on PostgreSQL).
+
+    The pending test is written literally, not bound: only then may the planner (PostgreSQL's generic
+    plan for a prepared statement; SQLite always) use ``ix_todos_claim_pending``, which yields the
+    endpoint's pending rows already in claim order, so no claim sorts the backlog."""
+    return (
+        select(todos.c.id)
+        .where(todos.c.endpoint_id == endpoint_id, PENDING_PREDICATE, todos.c.queue.in_(queues))
+        .order_by(todos.c.created_at, todos.c.id)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+    )
 
 
 def sender_gate(verified: bool, via_token: bool) -> bool:
@@ -213,14 +228,7 @@ class TodoStore:
         if not queues:
             return None
         now = self.clock.now()
-        pick = (
-            select(todos.c.id)
-            .where(todos.c.endpoint_id == endpoint_id, todos.c.status == "pending", todos.c.queue.in_(queues))
-            .order_by(todos.c.created_at, todos.c.id)
-            .limit(1)
-            .with_for_update(skip_locked=True)
-            .scalar_subquery()
-        )
+        pick = claim_pick(endpoint_id, queues).scalar_subquery()
         stmt = (
             update(todos)
             .where(todos.c.id == pick, todos.c.status == "pending")

@@ -231,3 +231,29 @@ async def test_raw_oversized_post_is_413(inst: Instance) -> None:
         r = await http.post("/mcp", content=body, headers=headers)
     assert r.status_code == 413
     assert await count_todos(inst) == 0
+
+
+async def test_a_credential_call_reads_its_endpoint_once(
+    inst: Instance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The verifier's read by token serves the gate too; a scope change still applies to the next call
+    (test_scope_shrink_takes_effect_on_the_next_call) because every request verifies with a fresh read."""
+    a = await vend(inst, "agent-a")
+    accounts = inst.services.accounts
+    reads: list[str] = []
+    by_token, by_id = accounts.endpoint_by_token, accounts.endpoint
+
+    async def counted_token(token: str) -> Any:
+        reads.append("token")
+        return await by_token(token)
+
+    async def counted_id(endpoint_id: str) -> Any:
+        reads.append("id")
+        return await by_id(endpoint_id)
+
+    async with connect(inst, a.token) as client:
+        monkeypatch.setattr(accounts, "endpoint_by_token", counted_token)
+        monkeypatch.setattr(accounts, "endpoint", counted_id)
+        await call(client, "whoami")
+    # One read by token per HTTP request (the client may send more than the call), none by id.
+    assert reads and set(reads) == {"token"}, reads
