@@ -76,7 +76,9 @@ async def test_readyz_follows_the_schema_and_the_notify_workers(tmp_path: Path) 
             _stamp(data, below)  # the revision before the (idempotent) repair
             behind = await until(http, 503)
             assert behind["status"] == "not ready"
-            assert behind["reasons"] == [f"schema at {below}, behind head repair: run `switchboard db upgrade`"]
+            assert behind["reasons"] == [
+                f"schema at {below}, behind head repair: run `switchboard db upgrade`"
+            ]
             await live(http)
             _stamp(data, "repair")
             await until(http, 200)

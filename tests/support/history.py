@@ -47,6 +47,8 @@ def before_repair() -> str:
     below = script.get_revision("repair").down_revision
     assert isinstance(below, str)
     return below
+
+
 # history name -> the commit whose released files it replays (None: the files in the tree)
 HISTORIES = {"current": None, "released-59580ec": "59580ec", "released-80ca7e6": "80ca7e6"}
 NOW_MS = 1_800_000_000_000
