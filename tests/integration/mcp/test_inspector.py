@@ -109,24 +109,18 @@ async def test_inspector_cli_lists_reads_and_calls_with_a_bearer_token(
         f"todo_id={todo_id}",
     )
     assert claimed["isError"] is False and claimed["structuredContent"]["todo"]["id"] == todo_id
-    refused = await call(
-        cli,
-        env,
-        real_server,
-        "--method",
-        "tools/call",
-        "--tool-name",
-        "claim",
-        "--tool-arg",
-        f"todo_id={todo_id}",
-    )
-    assert refused["isError"] is True and json.loads(refused["content"][0]["text"])["code"] == "conflict"
+    # A refusal is a result with isError (the CLI prints it and exits 5, its code for isError).
+    again = [*target(real_server, token=real_server.token), "--format", "json", "--method", "tools/call"]
+    code, out, _ = await run([*cli, *again, "--tool-name", "claim", "--tool-arg", f"todo_id={todo_id}"], env)
+    refused = json.loads(out)["result"]
+    assert code == 5 and refused["isError"] is True
+    assert json.loads(refused["content"][0]["text"])["code"] == "conflict"
 
     # Without the header the server refuses before anything runs (401), and the CLI reports it.
-    _, out, _ = await run(
+    code, out, err = await run(
         [*cli, *target(real_server), "--format", "json", "--stored-auth-only", "--method", "tools/list"], env
     )
-    assert json.loads(out)["error"]["code"] == "auth_required"
+    assert code != 0 and '"auth_required"' in out + err
 
 
 async def test_inspector_cli_cannot_subscribe(real_server: RealServer, tmp_path: Path) -> None:
@@ -135,7 +129,7 @@ async def test_inspector_cli_cannot_subscribe(real_server: RealServer, tmp_path:
     this test should then wait for the notification instead."""
     cli, env = inspector(tmp_path)
     subscribe = ["--method", "resources/subscribe", "--uri", QUEUE_URI]
-    _, out, _ = await run(
+    code, out, err = await run(
         [*cli, *target(real_server, token=real_server.token), "--format", "json", *subscribe], env
     )
-    assert "Unsupported method: resources/subscribe" in json.loads(out)["error"]["message"]
+    assert code != 0 and "Unsupported method: resources/subscribe" in out + err
