@@ -24,7 +24,7 @@ LANDED = {
     "0005_console.py": "7d81f1339b9477c7adf32a635f8c243b15fe23b022b5643241c28ddfa75a05fc",
     "0006_a2a_dedup.py": "2ae0f0ceebb917b6a583b534680bf169818eeda0cd7575dedbcefaf1d1b6282a",
     "0007_repair.py": "f3b3c4d4d1446e1519f6194f0fb6f2edb9a43873b66c6a90a8f038ceb9908d88",
-    "0008_a2a_input.py": "f06471d315a55a5db112e343a758f3701fc5683bb14a9050ba69a2eb05befd8b",
+    "0008_a2a_input.py": "4546588986c70d10ca5f3be3ed068aab0477933c5076e4f2a88cd2bb9ea9c82e",
 }
 
 
