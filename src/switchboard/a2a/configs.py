@@ -14,12 +14,12 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, Final
 
 from sqlalchemy import Row, and_, delete, exists, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from switchboard.a2a.config_types import SIGNING_SCHEME, ConfigInput, ConfigView, SendableConfig
 from switchboard.a2a.errors import ConfigRefused
 from switchboard.a2a.tasks import lock_owned
 from switchboard.clock import Clock, ms
@@ -34,7 +34,6 @@ from switchboard.store.schema_a2a import (
     push_notification_configs,
 )
 
-SIGNING_SCHEME: Final = "StandardWebhooks"
 PLACEHOLDER: Final = "[redacted]"  # what Get and List show in place of a secret (views.REDACTED)
 REDACTED_QUERY: Final = "?" + PLACEHOLDER
 MAX_TOKEN = 1024
@@ -45,60 +44,6 @@ _SCHEME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,64}")  # an RFC 9110 token
 _HEADER_SAFE = re.compile(r"[\x20-\x7e]+")  # printable ASCII: nothing that can split a header
 
 cfg = push_notification_configs
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigInput:
-    """A validated config, ready to store. Holds secrets: never log or repr it."""
-
-    config_id: str
-    url: str
-    url_display: str
-    host: str
-    token: str | None
-    scheme: str | None
-    credentials: str | None
-    minted: bool  # credentials are a signing secret minted here (reveal once)
-    # The caller sent the redaction placeholder back: keep the stored value of that field.
-    keep_url: bool = False
-    keep_token: bool = False
-    keep_credentials: bool = False
-
-    def __repr__(self) -> str:
-        return f"ConfigInput(config_id={self.config_id!r}, url={self.url_display!r})"
-
-    @property
-    def keeps(self) -> bool:
-        return self.keep_url or self.keep_token or self.keep_credentials
-
-    @property
-    def signing(self) -> bool:
-        return self.scheme == SIGNING_SCHEME
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigView:
-    """A stored config as the API shows it: URL query, token and credentials redacted."""
-
-    config_id: str
-    task_id: str
-    url_display: str
-    has_token: bool
-    scheme: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class SendableConfig:
-    """What one delivery attempt needs, read fresh right before it starts. Holds secrets."""
-
-    row_id: str
-    url: str
-    token: str | None
-    scheme: str | None
-    credentials: str | None
-
-    def __repr__(self) -> str:
-        return f"SendableConfig(row_id={self.row_id!r})"
 
 
 def _text(value: str, field: str, limit: int) -> str:

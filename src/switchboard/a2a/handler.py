@@ -53,7 +53,8 @@ from a2a.utils.proto_utils import validate_proto_required_fields
 from google.protobuf.json_format import MessageToDict
 
 from switchboard.a2a import errors
-from switchboard.a2a.configs import ConfigInput, ConfigStore, parse_config
+from switchboard.a2a.config_types import ConfigInput
+from switchboard.a2a.configs import ConfigStore, parse_config
 from switchboard.a2a.errors import ConfigRefused
 from switchboard.a2a.gate import caller
 from switchboard.a2a.settings import default_queue

@@ -17,18 +17,16 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import Row, case, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from switchboard.a2a.config_types import ConfigInput
 from switchboard.a2a.views import TaskRecord
 from switchboard.store.db import Database
 from switchboard.store.schema import todos
 from switchboard.store.schema_a2a import a2a_task_events, a2a_tasks
-
-if TYPE_CHECKING:
-    from switchboard.a2a.configs import ConfigInput
 
 A2A_SOURCE = "a2a"  # todos.source of every task; filters transitions before any query
 A2A_KIND = "a2a.message"

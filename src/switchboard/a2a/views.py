@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from a2a.types.a2a_pb2 import (
     Artifact,
@@ -28,8 +28,7 @@ from a2a.types.a2a_pb2 import (
 from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Value
 
-if TYPE_CHECKING:
-    from switchboard.a2a.configs import ConfigView
+from switchboard.a2a.config_types import ConfigView
 
 SUBMITTED: Final = TaskState.TASK_STATE_SUBMITTED
 WORKING: Final = TaskState.TASK_STATE_WORKING

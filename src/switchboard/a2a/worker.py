@@ -29,7 +29,8 @@ import contextlib
 import time
 from dataclasses import dataclass
 
-from switchboard.a2a.configs import SIGNING_SCHEME, ConfigStore, SendableConfig
+from switchboard.a2a.config_types import SIGNING_SCHEME, SendableConfig
+from switchboard.a2a.configs import ConfigStore
 from switchboard.a2a.limits import HostLimits
 from switchboard.a2a.outbox import Claimed, OutboxStore
 from switchboard.clock import Clock, ms

@@ -11,7 +11,7 @@ from a2a.types.a2a_pb2 import CancelTaskRequest, GetTaskPushNotificationConfigRe
 from a2a.utils.errors import InvalidParamsError
 from standardwebhooks import Webhook
 
-from switchboard.a2a.configs import SendableConfig
+from switchboard.a2a.config_types import SendableConfig
 from tests.integration.a2a.conftest import Env, a2a_env, message, push_config, send
 from tests.support.secrets import reveal
 

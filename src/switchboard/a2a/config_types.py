@@ -1,0 +1,64 @@
+"""The shapes of a push notification config, apart from its SQL (configs.py), so the task store and the
+views can name them without importing the config store: configs imports tasks, and a type back the other
+way would close a circle (tests/unit/test_import_graph.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+SIGNING_SCHEME: Final = "StandardWebhooks"
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigInput:
+    """A validated config, ready to store. Holds secrets: never log or repr it."""
+
+    config_id: str
+    url: str
+    url_display: str
+    host: str
+    token: str | None
+    scheme: str | None
+    credentials: str | None
+    minted: bool  # credentials are a signing secret minted here (reveal once)
+    # The caller sent the redaction placeholder back: keep the stored value of that field.
+    keep_url: bool = False
+    keep_token: bool = False
+    keep_credentials: bool = False
+
+    def __repr__(self) -> str:
+        return f"ConfigInput(config_id={self.config_id!r}, url={self.url_display!r})"
+
+    @property
+    def keeps(self) -> bool:
+        return self.keep_url or self.keep_token or self.keep_credentials
+
+    @property
+    def signing(self) -> bool:
+        return self.scheme == SIGNING_SCHEME
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigView:
+    """A stored config as the API shows it: URL query, token and credentials redacted."""
+
+    config_id: str
+    task_id: str
+    url_display: str
+    has_token: bool
+    scheme: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SendableConfig:
+    """What one delivery attempt needs, read fresh right before it starts. Holds secrets."""
+
+    row_id: str
+    url: str
+    token: str | None
+    scheme: str | None
+    credentials: str | None
+
+    def __repr__(self) -> str:
+        return f"SendableConfig(row_id={self.row_id!r})"
