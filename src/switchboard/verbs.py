@@ -21,8 +21,20 @@ class VerbGroup:
 CONSUMER = VerbGroup(
     "consumer",
     "Work the queue",
-    "Claim, heartbeat, acknowledge and fail the endpoint's own todos; clock in and out.",
-    ("claim_next", "claim", "heartbeat", "ack", "fail", "list_todos", "self_test", "clock_in", "clock_out"),
+    "Claim, heartbeat, acknowledge and fail the endpoint's own todos; clock in and out; ask an A2A "
+    "task's sender for input.",
+    (
+        "claim_next",
+        "claim",
+        "heartbeat",
+        "ack",
+        "fail",
+        "list_todos",
+        "self_test",
+        "clock_in",
+        "clock_out",
+        "ask",
+    ),
 )
 NOTIFY_HOOKS = VerbGroup(
     "notify_hooks",

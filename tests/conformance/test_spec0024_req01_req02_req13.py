@@ -153,6 +153,7 @@ async def test_req02_not_in_the_default_grant(conf: Conf) -> None:
     assert not set(NOTIFY_VERBS) & set(quick["verbs"])
     assert set(quick["verbs"]) == {
         "ack",
+        "ask",
         "claim",
         "claim_next",
         "clock_in",

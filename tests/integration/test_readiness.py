@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.reliability.procs import ServerProcess, server_env, servers
-from tests.support.history import before_repair
+from tests.support.history import before_repair, head
 from tests.support.pg import PostgresServer
 
 DEADLINE = 20.0
@@ -77,10 +77,10 @@ async def test_readyz_follows_the_schema_and_the_notify_workers(tmp_path: Path) 
             behind = await until(http, 503)
             assert behind["status"] == "not ready"
             assert behind["reasons"] == [
-                f"schema at {below}, behind head repair: run `switchboard db upgrade`"
+                f"schema at {below}, behind head {head()}: run `switchboard db upgrade`"
             ]
             await live(http)
-            _stamp(data, "repair")
+            _stamp(data, head())
             await until(http, 200)
 
             (child,) = _children(server.pid)

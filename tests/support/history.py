@@ -31,20 +31,34 @@ from sqlalchemy.engine import Connection
 from switchboard.store.db import MIGRATIONS, Database
 
 RELEASED = Path(__file__).parent / "released_migrations"
-EARLIER = ("0001", "0002", "0003", "0004", "console", "a2a_dedup", "delivery_log")
+EARLIER = ("0001", "0002", "0003", "0004", "console", "a2a_dedup", "delivery_log", "claim_index", "a2a_input")
+
+
+# Revisions that only inspect and add what is missing: a database stamped back below one upgrades again.
+IDEMPOTENT = ("repair", "a2a_input")
+
+
+def head() -> str:
+    from alembic.script import ScriptDirectory
+
+    from switchboard.store.db import alembic_config
+
+    (only,) = ScriptDirectory.from_config(alembic_config()).get_heads()
+    return str(only)
 
 
 def before_repair() -> str:
-    """The revision under ``repair``, the head: ``repair`` only inspects and mends, so a database stamped
-    back to the revision below it upgrades again safely (the readiness and first-hour tests use this)."""
+    """The revision under the head, which must be idempotent (``repair``, ``a2a_input``: they only
+    inspect and add what is missing), so a database stamped back to it upgrades again safely (the
+    readiness and first-hour tests use this)."""
     from alembic.script import ScriptDirectory
 
     from switchboard.store.db import alembic_config
 
     script = ScriptDirectory.from_config(alembic_config())
-    (head,) = script.get_heads()
-    assert head == "repair", "repair must stay the head for the stamp-behind tests"
-    below = script.get_revision("repair").down_revision
+    top = head()
+    assert top in IDEMPOTENT, "the head must be idempotent for the stamp-behind tests"
+    below = script.get_revision(top).down_revision
     assert isinstance(below, str)
     return below
 
@@ -79,7 +93,7 @@ def script_location(history: str, into: Path) -> Path:
     versions = into / "versions"
     versions.mkdir(exist_ok=True)
     for path in sorted((MIGRATIONS / "versions").glob("*.py")):
-        if path.name.endswith("_repair.py"):
+        if path.name.endswith(("_repair.py", "_a2a_input.py")):  # the repair, and what came after it
             continue
         shutil.copy(path, versions / path.name)
     commit = HISTORIES[history]

@@ -21,6 +21,7 @@ from contextlib import asynccontextmanager
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from starlette.routing import BaseRoute, Route
 
+from switchboard.a2a.ask import ask_registrar
 from switchboard.a2a.card import A2A_PATH, CARD_PATH, INTERFACE_CARD_PATH, build_card
 from switchboard.a2a.configs import ConfigStore
 from switchboard.a2a.fanout import Fanout
@@ -29,6 +30,7 @@ from switchboard.a2a.handler import Handler
 from switchboard.a2a.limits import HostLimits
 from switchboard.a2a.outbox import OutboxStore
 from switchboard.a2a.tasks import A2A_SOURCE, TaskStore
+from switchboard.a2a.turns import Turns
 from switchboard.a2a.waiter import TaskWaiter
 from switchboard.a2a.worker import DeliveryWorker, Policy
 from switchboard.notify.deliveries import DeliveryLog
@@ -131,6 +133,17 @@ class A2AComponent:
             self.tasks, fallback_seconds=1.0 if services.db.dialect == "postgresql" else None
         )
         self.handler.waiter = self.waiter
+        self.turns = Turns(
+            self.tasks,
+            self.configs,
+            self.waiter,
+            services.clock,
+            self.worker.wake if self.push_enabled else None,
+        )
+        self.handler.turns = self.turns
+        # MCP: the worker's ``ask``, and heartbeat's follow-ups since the claim (mcp/consumer.py).
+        services.extras.setdefault("mcp_tools", []).append(ask_registrar(self.turns))
+        services.extras["followups_since_claim"] = self.tasks.followups_since_claim
         self.handler.send_wait = s.a2a_send_wait_seconds
         services.extras.setdefault("on_draining", []).append(self.waiter.close)  # cli.serve's stop
         services.hub.subscribe("a2a_waiters", self._wake_waiters, queue_size=10_000)

@@ -53,6 +53,8 @@ class Fanout:
         )
         if bumped is None:
             return
+        if t.transition == "claimed":
+            await tasks.mark_claim(conn, t.todo_id)
         targets = await self.configs.targets_in(conn, t.todo_id)
         result, last_error = await tasks.todo_outcome(conn, t.todo_id)
         body = push_body(

@@ -61,6 +61,7 @@ from switchboard.a2a.settings import default_queue
 from switchboard.a2a.stream import SCOPE_KEY as SSE_IDS_KEY
 from switchboard.a2a.stream import EventIds, events_of, is_terminal, last_event_id
 from switchboard.a2a.tasks import A2A_KIND, A2A_SOURCE, SendIntent, TaskStore, sending
+from switchboard.a2a.turns import Turns
 from switchboard.a2a.views import (
     STATUSES_OF_STATE,
     TERMINAL_STATUSES,
@@ -84,7 +85,8 @@ log = get_logger("switchboard.a2a")
 
 _CONTEXT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 MAX_MESSAGE_ID: Final = 255
-# States a ListTasks filter may name that no Switchboard task is in (yet): valid, and match nothing.
+# Interrupted states a ListTasks filter may name: input-required (a worker's MCP ask) matches the
+# tasks waiting for their sender; auth-required and rejected are valid and match nothing.
 INTERRUPTED_STATES: Final = frozenset(
     {TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED, TaskState.TASK_STATE_REJECTED}
 )
@@ -149,6 +151,7 @@ class Handler(RequestHandler):
         self.push_enabled = push_enabled
         self.ceiling = ceiling
         self.waiter: TaskWaiter | None = None  # set by the component
+        self.turns: Turns | None = None  # set by the component (input-required and back)
         self.send_wait = 0.0  # SWITCHBOARD_A2A_SEND_WAIT_SECONDS
 
     def _count(self, method: str, code: str) -> None:
@@ -231,8 +234,14 @@ class Handler(RequestHandler):
         stored.CopyFrom(message)
         stored.context_id = record.context_id
         outcome = await self.tasks.append_followup(
-            endpoint.id, record.id, json.loads(storable(message_to_json(stored))), TERMINAL_STATUSES
+            endpoint.id,
+            record.id,
+            json.loads(storable(message_to_json(stored))),
+            TERMINAL_STATUSES,
+            on_answer=self.turns.answered(record.id) if self.turns is not None else None,
         )
+        if outcome == "appended" and self.turns is not None:
+            self.turns.committed(record.id)
         if outcome == "missing":
             raise errors.task_not_found()
         if outcome == "terminal":
@@ -328,10 +337,15 @@ class Handler(RequestHandler):
         if params.HasField("history_length") and params.history_length < 0:
             raise errors.invalid("historyLength must not be negative")
         statuses = None
+        asking: bool | None = None
         if params.status:
             if params.status not in STATUSES_OF_STATE and params.status not in INTERRUPTED_STATES:
                 raise errors.invalid("status must be a task state")
             statuses = STATUSES_OF_STATE.get(params.status, ())
+            if params.status == TaskState.TASK_STATE_INPUT_REQUIRED:
+                statuses, asking = ("claimed",), True  # held, and the worker asked (MCP ask)
+            elif params.status == TaskState.TASK_STATE_WORKING:
+                asking = False
         after = None
         if params.HasField("status_timestamp_after"):
             after = params.status_timestamp_after.ToMilliseconds()
@@ -342,6 +356,7 @@ class Handler(RequestHandler):
             updated_after_ms=after,
             before=params.page_token or None,
             limit=size,
+            input_required=asking,
         )
         history = _history(params.history_length, params.HasField("history_length"))
         return ListTasksResponse(

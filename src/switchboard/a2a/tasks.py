@@ -13,7 +13,7 @@ in-transaction stage, which runs in the same task and transaction, writes the ro
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -72,6 +72,7 @@ _COLUMNS = (
     todos.c.created_at,
     todos.c.updated_at,
     a2a_tasks.c.followups,
+    a2a_tasks.c.input_required_at,
 )
 
 
@@ -90,6 +91,7 @@ def _record(row: Row[Any]) -> TaskRecord:
         created_at=int(row.created_at),
         updated_at=int(row.updated_at),
         followups=row.followups,
+        input_required_at=None if row.input_required_at is None else int(row.input_required_at),
     )
 
 
@@ -120,13 +122,20 @@ class Bumped:
     context_id: str
 
 
-async def next_seq(conn: AsyncConnection, todo_id: str, *, terminal: bool, now_ms: int) -> Bumped | None:
+async def next_seq(
+    conn: AsyncConnection, todo_id: str, *, terminal: bool, now_ms: int, todo_moved: bool = True
+) -> Bumped | None:
     """Allocate the transition's sequence number: the UPDATE locks the task row until commit, so
-    concurrent transitions of one task get strictly increasing numbers. ``None``: not an A2A task."""
+    concurrent transitions of one task get strictly increasing numbers. ``None``: not an A2A task.
+
+    A todo transition (``todo_moved``: claim, requeue, ack, ...) also ends an open question: the
+    worker that asked no longer holds the task, or has finished it."""
+    extra: dict[str, Any] = {"input_required_at": None} if todo_moved else {}
     stmt = (
         update(a2a_tasks)
         .where(a2a_tasks.c.todo_id == todo_id)
         .values(
+            **extra,
             last_seq=a2a_tasks.c.last_seq + 1,
             terminal_at=case((a2a_tasks.c.terminal_at.is_(None), now_ms), else_=a2a_tasks.c.terminal_at)
             if terminal
@@ -136,6 +145,20 @@ async def next_seq(conn: AsyncConnection, todo_id: str, *, terminal: bool, now_m
     )
     row = (await conn.execute(stmt)).first()
     return None if row is None else Bumped(int(row.last_seq), row.context_id)
+
+
+async def mark_claim(conn: AsyncConnection, todo_id: str) -> None:
+    """On a claim: the follow-ups so far are in the payload the worker receives; heartbeat returns
+    only the ones after (:meth:`TaskStore.followups_since_claim`)."""
+    row = (await conn.execute(select(a2a_tasks.c.followups).where(a2a_tasks.c.todo_id == todo_id))).first()
+    count = len(json.loads(row.followups)) if row is not None and row.followups else 0
+    await conn.execute(update(a2a_tasks).where(a2a_tasks.c.todo_id == todo_id).values(claim_followups=count))
+
+
+async def record_in(conn: AsyncConnection, task_id: str) -> TaskRecord | None:
+    """The task as this transaction sees it (no owner check: the caller has already decided)."""
+    row = (await conn.execute(_joined().where(a2a_tasks.c.todo_id == task_id))).first()
+    return None if row is None else _record(row)
 
 
 async def record_event(conn: AsyncConnection, task_id: str, seq: int, body: bytes, now_ms: int) -> None:
@@ -198,13 +221,28 @@ class TaskStore:
         return [(int(r.seq), r.body) for r in rows]
 
     async def append_followup(
-        self, owner_endpoint_id: str, task_id: str, message: dict[str, Any], terminal: frozenset[str]
+        self,
+        owner_endpoint_id: str,
+        task_id: str,
+        message: dict[str, Any],
+        terminal: frozenset[str],
+        on_answer: Callable[[AsyncConnection], Awaitable[None]] | None = None,
     ) -> str:
         """Append a follow-up message to the caller's task, in its history and in the todo's payload
         (``payload.a2a.followups``, which the worker reads when it claims). Returns "appended",
-        "duplicate" (a resend of a messageId the task already has), "terminal" or "missing"."""
+        "duplicate" (a resend of a messageId the task already has), "terminal" or "missing".
+
+        When the task was waiting for input (the worker's ``ask``), the follow-up is the answer: the
+        question is closed and ``on_answer`` runs in the same transaction (turns.py logs the task's
+        return to working)."""
         lock = (
-            select(a2a_tasks.c.message, a2a_tasks.c.followups, todos.c.status, todos.c.payload)
+            select(
+                a2a_tasks.c.message,
+                a2a_tasks.c.followups,
+                a2a_tasks.c.input_required_at,
+                todos.c.status,
+                todos.c.payload,
+            )
             .select_from(a2a_tasks.join(todos, todos.c.id == a2a_tasks.c.todo_id))
             .where(a2a_tasks.c.todo_id == task_id, a2a_tasks.c.owner_endpoint_id == owner_endpoint_id)
             .with_for_update()
@@ -224,10 +262,74 @@ class TaskStore:
             if isinstance(payload, dict) and isinstance(payload.get("a2a"), dict):
                 payload["a2a"]["followups"] = later
             await conn.execute(
-                update(a2a_tasks).where(a2a_tasks.c.todo_id == task_id).values(followups=json.dumps(later))
+                update(a2a_tasks)
+                .where(a2a_tasks.c.todo_id == task_id)
+                .values(followups=json.dumps(later), input_required_at=None)
             )
             await conn.execute(update(todos).where(todos.c.id == task_id).values(payload=json.dumps(payload)))
+            if row.input_required_at is not None and row.status == "claimed" and on_answer is not None:
+                await on_answer(conn)
         return "appended"
+
+    async def ask(
+        self,
+        worker_endpoint_id: str,
+        task_id: str,
+        message: dict[str, Any],
+        now_ms: int,
+        on_asked: Callable[[AsyncConnection], Awaitable[None]],
+    ) -> str:
+        """The worker holding the task asks its sender for input: the message joins the history (and
+        the payload's ``followups``) and the task is input-required until the sender answers.
+        ``on_asked`` runs in the same transaction (turns.py). Returns "asked", "not_claimed" (the
+        worker's todo, but not held), "not_a2a" (the worker's todo, not a task) or "missing"."""
+        lock = (
+            select(
+                todos.c.status,
+                todos.c.payload,
+                a2a_tasks.c.todo_id,
+                a2a_tasks.c.followups,
+                a2a_tasks.c.context_id,
+            )
+            .select_from(todos.outerjoin(a2a_tasks, todos.c.id == a2a_tasks.c.todo_id))
+            .where(todos.c.id == task_id, todos.c.endpoint_id == worker_endpoint_id)
+            .with_for_update(of=todos)  # PostgreSQL locks no nullable side of an outer join
+        )
+        async with self.db.begin() as conn:
+            row = (await conn.execute(lock)).first()
+            if row is None:
+                return "missing"
+            if row.todo_id is None:
+                return "not_a2a"
+            if row.status != "claimed":
+                return "not_claimed"
+            later: list[dict[str, Any]] = json.loads(row.followups) if row.followups else []
+            later.append({**message, "contextId": row.context_id, "taskId": task_id})
+            payload = json.loads(row.payload)
+            if isinstance(payload, dict) and isinstance(payload.get("a2a"), dict):
+                payload["a2a"]["followups"] = later
+            await conn.execute(
+                update(a2a_tasks)
+                .where(a2a_tasks.c.todo_id == task_id)
+                .values(followups=json.dumps(later), input_required_at=now_ms)
+            )
+            await conn.execute(update(todos).where(todos.c.id == task_id).values(payload=json.dumps(payload)))
+            await on_asked(conn)
+        return "asked"
+
+    async def followups_since_claim(self, worker_endpoint_id: str, todo_id: str) -> list[Any] | None:
+        """The sender's messages that arrived after the worker's claim (``None``: not an A2A task)."""
+        stmt = (
+            select(a2a_tasks.c.followups, a2a_tasks.c.claim_followups)
+            .select_from(a2a_tasks.join(todos, todos.c.id == a2a_tasks.c.todo_id))
+            .where(a2a_tasks.c.todo_id == todo_id, todos.c.endpoint_id == worker_endpoint_id)
+        )
+        async with self.db.read() as conn:
+            row = (await conn.execute(stmt)).first()
+        if row is None:
+            return None
+        later: list[Any] = json.loads(row.followups) if row.followups else []
+        return [m for m in later[int(row.claim_followups) :] if m.get("role") != "ROLE_AGENT"]
 
     async def owned(self, owner_endpoint_id: str, task_id: str) -> bool:
         stmt = select(a2a_tasks.c.todo_id).where(
@@ -245,9 +347,14 @@ class TaskStore:
         updated_after_ms: int | None,
         before: str | None,
         limit: int,
+        input_required: bool | None = None,
     ) -> tuple[list[TaskRecord], int]:
-        """Newest first, paged by task id; also the total that matches the filters."""
+        """Newest first, paged by task id; also the total that matches the filters. ``input_required``
+        tells a held task that waits for its sender (True) from one being worked (False)."""
         conds = [a2a_tasks.c.owner_endpoint_id == owner_endpoint_id]
+        if input_required is not None:
+            asking = a2a_tasks.c.input_required_at
+            conds.append(asking.is_not(None) if input_required else asking.is_(None))
         if context_id is not None:
             conds.append(a2a_tasks.c.context_id == context_id)
         if statuses is not None:

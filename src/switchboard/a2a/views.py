@@ -35,6 +35,7 @@ WORKING: Final = TaskState.TASK_STATE_WORKING
 COMPLETED: Final = TaskState.TASK_STATE_COMPLETED
 FAILED: Final = TaskState.TASK_STATE_FAILED
 CANCELED: Final = TaskState.TASK_STATE_CANCELED
+INPUT_REQUIRED: Final = TaskState.TASK_STATE_INPUT_REQUIRED
 
 # Todo status -> task state. A todo waiting for its retry (``failed``) is queued again: submitted.
 STATE_OF_STATUS: Final[Mapping[str, int]] = {
@@ -54,6 +55,9 @@ STATE_OF_TRANSITION: Final[Mapping[str, int]] = {
     "done": COMPLETED,
     "dead": FAILED,
     "canceled": CANCELED,
+    # Not todo transitions: the worker's ``ask`` (MCP) and the sender's answer to it (turns.py).
+    "input_required": INPUT_REQUIRED,
+    "resumed": WORKING,
 }
 # Task state -> the todo statuses it covers (ListTasks' status filter).
 STATUSES_OF_STATE: Final[Mapping[int, tuple[str, ...]]] = {
@@ -86,7 +90,20 @@ class TaskRecord:
     last_seq: int
     created_at: int
     updated_at: int
-    followups: str | None = None  # JSON list of follow-up Messages (SendMessage with this taskId)
+    followups: str | None = None  # JSON list of later Messages: the sender's follow-ups, the worker's asks
+    input_required_at: int | None = None  # the worker asked (MCP ``ask``) and no answer came yet
+
+    @property
+    def input_required(self) -> bool:
+        return self.status == "claimed" and self.input_required_at is not None
+
+    @property
+    def question(self) -> str | None:
+        """The worker's open question (the last agent message), as A2A JSON."""
+        if not self.input_required or not self.followups:
+            return None
+        agent = [m for m in json.loads(self.followups) if m.get("role") == "ROLE_AGENT"]
+        return json.dumps(agent[-1]) if agent else None
 
     def history(self) -> list[str]:
         """The task's messages as A2A JSON, oldest first: the sent one, then the follow-ups."""
@@ -126,9 +143,16 @@ def result_artifact(result_json: str | None) -> Artifact | None:
 
 
 def _status(
-    state: int, at_ms: int | float, last_error: str | None, task_id: str, context_id: str
+    state: int,
+    at_ms: int | float,
+    last_error: str | None,
+    task_id: str,
+    context_id: str,
+    question: str | None = None,
 ) -> TaskStatus:
     status = TaskStatus(state=state, timestamp=_timestamp(at_ms))  # type: ignore[arg-type]
+    if state == INPUT_REQUIRED and question:
+        status.message.CopyFrom(message_from_json(question))
     if state == FAILED and last_error:
         status.message.CopyFrom(
             Message(
@@ -145,13 +169,15 @@ def _status(
 def task_view(record: TaskRecord, *, history: int | None = None, artifacts: bool = True) -> Task:
     """GetTask, ListTasks, CancelTask and SendMessage all answer with this."""
     task = Task(id=record.id, context_id=record.context_id)
+    asking = record.input_required
     task.status.CopyFrom(
         _status(
-            STATE_OF_STATUS.get(record.status, SUBMITTED),
-            record.updated_at,
+            INPUT_REQUIRED if asking else STATE_OF_STATUS.get(record.status, SUBMITTED),
+            (record.input_required_at or record.updated_at) if asking else record.updated_at,
             record.last_error,
             record.id,
             record.context_id,
+            record.question,
         )
     )
     if artifacts:
@@ -180,6 +206,7 @@ class PushEvent:
     at: float  # seconds
     result: str | None
     last_error: str | None
+    question: str | None = None  # input_required: the worker's message, as A2A JSON
 
 
 def push_body(event: PushEvent) -> bytes:
@@ -191,7 +218,9 @@ def push_body(event: PushEvent) -> bytes:
     history: GetTask has it. ``metadata.sequence`` is the per-task sequence number receivers dedup on.
     """
     state = STATE_OF_TRANSITION[event.transition]
-    status = _status(state, event.at * 1000, event.last_error, event.task_id, event.context_id)
+    status = _status(
+        state, event.at * 1000, event.last_error, event.task_id, event.context_id, event.question
+    )
     metadata: dict[str, Any] = {
         "sequence": event.seq,
         "transition": event.transition,

@@ -22,9 +22,9 @@ from switchboard.a2a.views import TERMINAL_STATUSES, TaskRecord
 
 
 def settled(record: TaskRecord) -> bool:
-    """Terminal (completed, failed, canceled). Switchboard has no interrupted states (input-required,
-    auth-required): a todo never asks its sender for more."""
-    return record.status in TERMINAL_STATUSES
+    """Terminal (completed, failed, canceled) or interrupted: input-required, when the worker holding
+    the task asked its sender for more (MCP ``ask``). Switchboard has no auth-required."""
+    return record.status in TERMINAL_STATUSES or record.input_required
 
 
 class TaskWaiter:

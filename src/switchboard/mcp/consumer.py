@@ -16,7 +16,7 @@ from mcp_types import ToolAnnotations
 from pydantic import Field
 
 from switchboard.ids import looks_like
-from switchboard.mcp.schemas import AnyJson, MaybeTodoResult, Todo, TodoPage, TodoResult
+from switchboard.mcp.schemas import AnyJson, HeartbeatResult, MaybeTodoResult, Todo, TodoPage, TodoResult
 from switchboard.mcp.tools import (
     ToolContext,
     VerbError,
@@ -124,15 +124,23 @@ def register_consumer_verbs(server: MCPServer[Any], tc: ToolContext) -> None:
         assert answer.view is not None  # the claim committed, so its answer was built
         return {"todo": answer.view}
 
-    async def heartbeat(todo_id: TodoId, lease_seconds: Lease = None) -> TodoResult:
-        """Extend the lease on a todo you hold. Errors: not_found, conflict (not claimed)."""
+    async def heartbeat(todo_id: TodoId, lease_seconds: Lease = None) -> HeartbeatResult:
+        """Extend the lease on a todo you hold. For an A2A task, also "followups": the sender's
+        messages that arrived since you claimed it. Errors: not_found, conflict (not claimed)."""
         endpoint = current_endpoint()
         if not looks_like("td", todo_id):
             raise not_found()
         row = await todos.heartbeat(endpoint.id, todo_id, lease_seconds or settings.lease_seconds)
         if row is None:
             raise await explain(endpoint.id, todo_id, "claimed")
-        return {"todo": todo_view(row, payload=False)}
+        answer: HeartbeatResult = {"todo": todo_view(row, payload=False)}
+        # A module (A2A) may say what reached a held todo since its claim (services.extras).
+        since_claim = services.extras.get("followups_since_claim")
+        if since_claim is not None:
+            later = await since_claim(endpoint.id, todo_id)
+            if later is not None:
+                answer["followups"] = later
+        return answer
 
     async def ack(
         todo_id: TodoId,

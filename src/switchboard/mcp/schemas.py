@@ -46,6 +46,18 @@ class TodoResult(TypedDict):
     todo: Todo
 
 
+class HeartbeatResult(TypedDict):
+    todo: Todo
+    # A2A tasks only: the sender's follow-up messages (A2A JSON) that arrived after this claim
+    followups: NotRequired[list[AnyJson]]
+
+
+class AskResult(TypedDict):
+    todo: Todo
+    task_state: Literal["TASK_STATE_INPUT_REQUIRED"]
+    message_id: str
+
+
 class MaybeTodoResult(TypedDict):
     todo: Todo | None
 

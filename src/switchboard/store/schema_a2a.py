@@ -48,6 +48,11 @@ a2a_tasks = Table(
     Column("message_id", String(255), nullable=True),
     # Follow-up messages (a SendMessage with this taskId), JSON list of A2A Messages, oldest first
     Column("followups", Text, nullable=True),
+    # Set by the MCP verb ``ask`` (the worker's question: TASK_STATE_INPUT_REQUIRED); cleared by the
+    # sender's next follow-up and by every todo transition (migration 0008, a2a_input)
+    Column("input_required_at", BigInteger, nullable=True),
+    # How many ``followups`` the worker had when it claimed: heartbeat returns the ones after
+    Column("claim_followups", Integer, nullable=False, server_default="0"),
     Column("last_seq", BigInteger, nullable=False, server_default="0"),
     Column("terminal_at", BigInteger, nullable=True),  # set by the transition into done/dead/canceled
     Column("created_at", BigInteger, nullable=False),

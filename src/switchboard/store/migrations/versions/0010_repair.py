@@ -1,7 +1,7 @@
 """repair the drift left by two landed migrations edited in place
 
 Revision ID: repair
-Revises: claim_index
+Revises: a2a_input
 
 0003 and 0004 were edited after release: 0003 lost ``a2a_push_outbox.slot_at`` and 0004 gained
 ``oauth_clients.first_grant_at``. A database created from the released files reached revision 0004 with
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = 'repair'
-down_revision = 'claim_index'
+down_revision = 'a2a_input'
 branch_labels = None
 depends_on = None
 
