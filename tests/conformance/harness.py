@@ -286,6 +286,20 @@ class Conf:
         assert r.status_code == 200
         return Metrics.parse(r.text)
 
+    async def counted(self, before: Metrics, name: str, want: float, **labels: str) -> Metrics:
+        """/metrics once ``name{labels}`` has grown by at least ``want`` since ``before``. The notify
+        worker processes relay their counters to the server twice a second, so a counter can trail the
+        health row or the log line that the test saw first; and on a server shared by a module an
+        earlier test's relayed count can land after ``before`` was read, so exact per-hook facts are
+        checked on the hook's own log lines and health, and the counter only for having counted."""
+
+        async def reached() -> Metrics | None:
+            now = await self.metrics()
+            return now if delta(now, before, name, **labels) >= want else None
+
+        found: Metrics = await wait_until(reached, timeout=10.0, what=f"{name}{labels} +{want}")
+        return found
+
     # -- tenants
 
     @asynccontextmanager

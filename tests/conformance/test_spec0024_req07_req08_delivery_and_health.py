@@ -121,9 +121,16 @@ async def test_req07_a_699_ends_the_notification_and_is_counted_as_other(conf: C
         await a.todo("odd status")
         await finished(a, hook["hook_id"])
         assert len(rcv.requests) == 1
-    after = await conf.metrics()
-    assert delta(after, before, ATTEMPTS, result="other") == 1
-    assert delta(after, before, ATTEMPTS, result="5xx") == 0
+        # This hook's own attempt line says `other`; the shared server's counters may still be taking in
+        # an earlier test's 5xx from a worker process, so the label is checked on the line and the
+        # counter is only required to have counted this one.
+        (line,) = conf.lines("notify attempt", hook_id=hook["hook_id"])
+        assert line["result"] == "other" and line["status"] == 699
+
+    async def counted_as_other() -> bool:
+        return delta(await conf.metrics(), before, ATTEMPTS, result="other") >= 1
+
+    await wait_until(counted_as_other, what="the 699 counted as other")
 
 
 async def test_req07_tls_failures_are_retried_up_to_three_prompt_attempts(conf: Conf) -> None:
@@ -216,8 +223,7 @@ async def test_req08_dead_receiver_is_disabled(conf: Conf) -> None:
         assert sent["todo_id"] == sentinel and len(dead.requests) == 10
         (warning,) = conf.lines("notify hook disabled", hook_id=hook["hook_id"])
         assert warning["level"] == "warning" and warning["reason"] == "consecutive_failures"
-    after = await conf.metrics()
-    assert delta(after, before, DISABLED, reason="consecutive_failures") == 1
+    await conf.counted(before, DISABLED, 1, reason="consecutive_failures")
 
 
 async def test_req08_recovery_resets_the_count(conf: Conf) -> None:
