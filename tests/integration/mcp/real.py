@@ -15,12 +15,12 @@ from tests.reliability.procs import ServerProcess, Tenant, provision, server_env
 from tests.support.secrets import reveal
 
 
-async def start_real_server(data: Path) -> RealServer:
+async def start_real_server(data: Path, **settings: str | float | int) -> RealServer:
     """Provision through the CLI, start ``switchboard serve``, wait for /healthz. Stop it with
-    ``proc.stop()``."""
+    ``proc.stop()``. ``settings`` are further ``SWITCHBOARD_*`` values for this server."""
     # The heartbeat re-ring is pushed out of the way so every notification a test sees has a cause
     # the test made; everything else is the default configuration.
-    env = server_env(doorbell_heartbeat_seconds=3600)
+    env = server_env(doorbell_heartbeat_seconds=3600, **settings)
     tenant = await provision(env, data, slug="agent-a", verbs=["claim_next", "claim", "ack", "list_todos"])
     reveal(tenant.token)
     proc = ServerProcess(data, env)

