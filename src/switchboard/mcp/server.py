@@ -236,11 +236,9 @@ def build_mcp(services: Services, *, extra_tools: Sequence[ToolRegistrar] = ()) 
         # Last-Event-ID (handshake era; the SDK primes streams for 2025-11-25 clients and newer).
         event_store=MemoryEventStore(),
         retry_interval=RETRY_MS,
-        # Each call is answered with one JSON body, not an SSE stream per POST (about half of a no-op
-        # call's cost, issue 18). Switchboard's tools send nothing on a call's own stream; the doorbell
-        # rides the session's GET stream (legacy) or a subscriptions/listen stream (modern), both still
-        # SSE.
-        json_response=True,
+        # Calls stay answered as resumable SSE streams (issue 20). Plain JSON replies would halve a
+        # no-op call's cost (issue 18) but leave a dropped answer nothing to resume from; the choice
+        # is open (docs/mcp.md).
     )
     # The resource handlers go on the low-level server the session manager serves (see resources.py).
     QueueResources(services, doorbell.sessions).install(server.session_manager.app)
