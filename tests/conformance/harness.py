@@ -99,9 +99,12 @@ class Conf:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.hosts = Hosts(self.data_dir / "hosts.json", spec.hosts)
         self.database_url = database_url
+        # A shared server vends every test's endpoints under a few signed-in humans (one password hash
+        # each): far more than the per-human endpoint cap (50, a guard tests/reliability exercises).
+        settings = {"endpoints_per_human": 1000, **dict(spec.settings)}
         self.env = server_env(
             database_url=database_url,
-            **dict(spec.settings),
+            **settings,
             SSL_CERT_FILE=str(ca_pem),
             PYTHONPATH=str(BOOT),
             SBCONF_HOSTS_FILE=str(self.hosts.path),

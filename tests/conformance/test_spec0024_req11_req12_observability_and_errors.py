@@ -98,12 +98,14 @@ async def test_req11_metric_series_have_bounded_labels_only(conf: Conf) -> None:
 
 async def test_req12_an_injected_signing_failure_leaves_every_worker_running(conf: Conf) -> None:
     """More failures than a worker process has workers (32), then a plain notification: it is delivered,
-    so no failure took a worker with it; each failure is logged with the hook id and counted."""
+    so no failure took a worker with it; each failure is logged with the hook id and counted. Four hooks
+    take nine failures each: a signing failure is a failed delivery of its hook (docs/notify-hooks.md),
+    so ten in a row would disable a hook (REQ-8) and hide the plain notification for another reason."""
     before = await conf.metrics()
     async with receiver() as rcv, tenant(conf) as a:
-        hook = await a.hook(ip_url(rcv))
-        failing = await a.todos(40, MARKER)
-        plain = await a.todo("delivered after forty signer failures")
+        hooks = [await a.hook(ip_url(rcv, f"/h{i}")) for i in range(4)]
+        failing = await a.todos(9, MARKER)
+        plain = await a.todo("delivered after thirty-six signer failures")
         await body_for(rcv, plain, timeout=20)
         assert all(f"{MARKER}" not in r.body.decode() for r in rcv.requests)
 
@@ -115,12 +117,11 @@ async def test_req12_an_injected_signing_failure_leaves_every_worker_running(con
                 "switchboard_notify_hook_notifications_total",
                 type="todo.ready",
                 outcome="failed",
-            ) >= len(failing)
+            ) >= len(failing) * len(hooks)
 
         await wait_until(all_counted, timeout=20, what="every signer failure counted")
+        ids = {hook["hook_id"] for hook in hooks}
         failures = [
-            line
-            for line in conf.log_lines()
-            if line.get("hook_id") == hook["hook_id"] and line.get("level") == "error"
+            line for line in conf.log_lines() if line.get("hook_id") in ids and line.get("level") == "error"
         ]
         assert len(failures) >= 1 and all("stage" in line for line in failures)
