@@ -299,7 +299,7 @@ async def _require_endpoint(services: Services, slug: str) -> Endpoint:
 
 
 def _hooks(services: Services) -> Any:
-    from switchboard.notify.component import hook_store
+    from switchboard.notify.build import hook_store
 
     return hook_store(services)
 

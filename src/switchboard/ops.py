@@ -51,7 +51,9 @@ def status_text(status: SchemaStatus) -> str:
 
 async def ensure_schema(db: Database, settings: Settings) -> SchemaStatus:
     """What serve and the admin commands do first: upgrade a behind schema when SWITCHBOARD_AUTO_UPGRADE
-    allows (the default), else refuse; always refuse a schema this build does not know."""
+    allows (the default), else refuse; always refuse a schema this build does not know. Tightens the
+    SQLite files' modes first, at head or not."""
+    db.secure_files()
     status = await db.schema_status()
     if status.state == "unknown":
         raise SchemaMismatch(unknown_schema_message(status))

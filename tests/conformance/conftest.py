@@ -1,5 +1,5 @@
 """Conformance fixtures: each module names the servers it needs (``SERVER``, optionally ``SERVERS``),
-every selected module's servers are started together when collection ends, and a module's ``conf``
+every selected module's servers are started together at its first test, and a module's ``conf``
 fixture waits for its own and stops it when the module is done (after checking its whole log for any
 revealed secret)."""
 
@@ -22,20 +22,29 @@ def specs_of(module: ModuleType) -> list[ServerSpec]:
     return found
 
 
+_started = False
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark this suite ``conformance``, so ``-m "not conformance"`` leaves it out of a quick run."""
+    """Mark this suite ``conformance`` (``-m "not conformance"`` leaves it out of a quick run) and keep
+    it on one pytest-xdist worker (``--dist loadgroup``): its servers are shared between modules."""
     for item in items:
         if item.nodeid.startswith("tests/conformance/"):
             item.add_marker(pytest.mark.conformance)
+            item.add_marker(pytest.mark.xdist_group("conformance"))
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start every selected module's servers now, in parallel (their start-up overlaps the first tests)."""
-    if session.config.option.collectonly:
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """At the first conformance test, start every selected module's servers, in parallel (their start-up
+    overlaps the first tests). Not at collection: every pytest-xdist worker collects every test, and
+    only the one that runs this suite needs its servers."""
+    global _started
+    if _started:
         return
+    _started = True
     seen: set[str] = set()
-    for item in session.items:
-        module = getattr(item, "module", None)
+    for each in item.session.items:
+        module = getattr(each, "module", None)
         if module is None or not module.__name__.startswith("tests.conformance.") or module.__name__ in seen:
             continue
         seen.add(module.__name__)

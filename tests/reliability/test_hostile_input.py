@@ -465,7 +465,9 @@ async def test_a2a_get_task_and_list_tasks_keep_working_after_hostile_ack_result
                         parts=[Part(text="do it \u202e")],
                         metadata={"queue": "inbox"},
                     )
-                    (sent,) = [e.task async for e in client.send_message(SendMessageRequest(message=message))]
+                    send = SendMessageRequest(message=message)
+                    send.configuration.return_immediately = True  # the agent claims it below
+                    (sent,) = [e.task async for e in client.send_message(send)]
                     todo = (await a.ok("claim_next"))["todo"]
                     with pytest.raises(MCPError, match="nests deeper than 64"):  # refused at the boundary
                         await a.call("ack", {"todo_id": todo["id"], "result": nest("x", 80)})

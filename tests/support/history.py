@@ -93,7 +93,7 @@ def script_location(history: str, into: Path) -> Path:
     versions = into / "versions"
     versions.mkdir(exist_ok=True)
     for path in sorted((MIGRATIONS / "versions").glob("*.py")):
-        if path.name.endswith(("_repair.py", "_a2a_input.py")):  # the repair, and what came after it
+        if path.name.endswith("_repair.py"):  # the repair replays from the tree itself
             continue
         shutil.copy(path, versions / path.name)
     commit = HISTORIES[history]

@@ -10,54 +10,20 @@ from contextlib import asynccontextmanager
 from starlette.routing import BaseRoute
 
 from switchboard.clock import ms
+from switchboard.notify.build import build_dispatcher, hook_store
 from switchboard.notify.deliveries import DeliveryLog
 from switchboard.notify.dispatcher import Dispatcher
 from switchboard.notify.mcp import registrar
 from switchboard.notify.process import WORKER_COMMAND, RemoteDispatcher
 from switchboard.notify.service import NotifyHooks
-from switchboard.notify.store import HookStore
 from switchboard.obs.logs import get_logger
 from switchboard.outbound import notify_outbound
-from switchboard.priority import InboundPriority, inbound_priority
+from switchboard.priority import inbound_priority
 from switchboard.services import Services
 
 log = get_logger("switchboard.notify")
 
 SECRET_SWEEP_SECONDS = 60.0
-
-
-def hook_store(services: Services) -> HookStore:
-    """The hook store as the server and its notify worker process both build it."""
-    grace = services.settings.notify_grace_hours * 3600
-    return HookStore(services.db, services.envelope, services.clock, grace_seconds=grace)
-
-
-def build_dispatcher(
-    services: Services,
-    store: HookStore,
-    *,
-    retry_delays: Sequence[float],
-    priority: InboundPriority | None,
-    drain_timeout: float = 5.0,
-) -> Dispatcher:
-    """The dispatcher as the server runs it, in this process or in the notify worker process."""
-    s = services.settings
-    _, sender = notify_outbound(services)
-    return Dispatcher(
-        hooks=store,
-        accounts=services.accounts,
-        todos=services.todos,
-        sender=sender,
-        metrics=services.metrics,
-        clock=services.clock,
-        queue_size=s.notify_queue_size,
-        workers=s.notify_workers,
-        rate_per_minute=s.notify_rate_per_minute,
-        retry_delays=retry_delays,
-        drain_timeout=drain_timeout,
-        priority=priority,
-        deliveries=DeliveryLog(services.db),
-    )
 
 
 class NotifyComponent:

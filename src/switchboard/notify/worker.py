@@ -18,7 +18,7 @@ import ssl
 import sys
 from typing import IO, Any
 
-from switchboard.notify.component import build_dispatcher, hook_store
+from switchboard.notify.build import build_dispatcher, hook_store
 from switchboard.notify.wire import MetricDeltas, line, presence_of, transitions_of
 from switchboard.obs import configure_logging
 from switchboard.obs.logs import get_logger

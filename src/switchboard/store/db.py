@@ -8,12 +8,8 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
-from alembic.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import Row, event, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
@@ -24,6 +20,12 @@ from sqlalchemy.sql.dml import UpdateBase
 
 from switchboard.store.errors import Conflict, StoreUnavailable
 from switchboard.store.files import secure_sqlite
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# alembic is imported where a schema is read or changed, not here: the notify worker processes and most
+# CLI commands never touch the schema, and every process start pays for every import.
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 _Compiled = tuple[str, tuple[str, ...], dict[str, Any]]
@@ -182,15 +184,20 @@ class Database:
         async with self.read() as conn:
             return await conn.run_sync(_status)
 
+    def secure_files(self) -> None:
+        """Create the SQLite file 0600 and tighten it and its side files (a no-op on PostgreSQL).
+        Runs at every start, whether or not a migration follows, so a loose restore is fixed too."""
+        if self.is_sqlite:
+            db_path = self.engine.url.database
+            if db_path and db_path != ":memory:":
+                secure_sqlite(Path(db_path))
+
     async def migrate(self) -> None:
         """Bring the schema to head. On PostgreSQL an advisory lock serialises concurrent starts.
 
         Refuses (``SchemaMismatch``) a database stamped with a revision this build does not ship: its
         tables are a newer build's, and running old code or old migrations on them would corrupt data."""
-        if self.is_sqlite:
-            db_path = self.engine.url.database
-            if db_path and db_path != ":memory:":
-                secure_sqlite(Path(db_path))
+        self.secure_files()
         async with self._writer.begin() as conn:
             if not self.is_sqlite:
                 await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
@@ -205,18 +212,25 @@ class Database:
 
 
 def _upgrade(sync_conn: Connection) -> None:
+    from alembic import command
+
     cfg = alembic_config()
     cfg.attributes["connection"] = sync_conn
     command.upgrade(cfg, "head")
 
 
 def _head() -> str:
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     assert head is not None
     return head
 
 
 def _status(sync_conn: Connection) -> SchemaStatus:
+    from alembic.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
     script = ScriptDirectory.from_config(alembic_config())
     head = script.get_current_head()
     assert head is not None
@@ -240,6 +254,8 @@ def behind_schema_message(status: SchemaStatus) -> str:
 
 
 def alembic_config() -> Config:
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     return cfg

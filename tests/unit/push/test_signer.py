@@ -113,6 +113,8 @@ def test_a_hex_secret_fails_the_stock_verifier_and_is_refused() -> None:
         "whsec_" + base64.b64encode(os.urandom(32)).decode().rstrip("="),  # unpadded
         "whsk_" + base64.b64encode(os.urandom(32)).decode(),
     ],
+    # fixed ids: random ones differ between pytest-xdist workers, which must collect the same tests
+    ids=["plain", "empty", "not-base64", "foreign-24-bytes", "unpadded", "key-prefix"],
 )
 def test_only_minted_secrets_are_accepted(secret: str) -> None:
     with pytest.raises(ValueError) as info:

@@ -1,0 +1,49 @@
+"""The dispatcher and hook store as the server and its notify worker process both build them.
+
+A module of its own so that the worker process imports only what delivery needs: not the MCP tools,
+the web routes or the A2A server the component wires up (each worker start pays for every import)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from switchboard.notify.deliveries import DeliveryLog
+from switchboard.notify.dispatcher import Dispatcher
+from switchboard.notify.store import HookStore
+from switchboard.outbound import notify_outbound
+from switchboard.priority import InboundPriority
+from switchboard.services import Services
+
+
+def hook_store(services: Services) -> HookStore:
+    """The hook store as the server and its notify worker process both build it."""
+    grace = services.settings.notify_grace_hours * 3600
+    return HookStore(services.db, services.envelope, services.clock, grace_seconds=grace)
+
+
+def build_dispatcher(
+    services: Services,
+    store: HookStore,
+    *,
+    retry_delays: Sequence[float],
+    priority: InboundPriority | None,
+    drain_timeout: float = 5.0,
+) -> Dispatcher:
+    """The dispatcher as the server runs it, in this process or in the notify worker process."""
+    s = services.settings
+    _, sender = notify_outbound(services)
+    return Dispatcher(
+        hooks=store,
+        accounts=services.accounts,
+        todos=services.todos,
+        sender=sender,
+        metrics=services.metrics,
+        clock=services.clock,
+        queue_size=s.notify_queue_size,
+        workers=s.notify_workers,
+        rate_per_minute=s.notify_rate_per_minute,
+        retry_delays=retry_delays,
+        drain_timeout=drain_timeout,
+        priority=priority,
+        deliveries=DeliveryLog(services.db),
+    )
