@@ -25,7 +25,7 @@ import httpx
 
 from tests.support.server import TEST_CRED_KEY, free_port
 
-READY_TIMEOUT = 30.0  # a loaded 2-CPU CI box imports the app in ~2 s; migrations run first
+READY_TIMEOUT = 90.0  # a bound: ~6 s on a quiet 2-core box; the suite runs three test processes at once
 CLI_TIMEOUT = 60.0
 
 

@@ -128,7 +128,7 @@ async def connect(
         checked = CheckedClient(transport, mode=mode, message_handler=handler, read_timeout_seconds=10)
         async with checked as client:
             if bell is not None:
-                await asyncio.wait_for(bell.stream_open.wait(), 5)
+                await asyncio.wait_for(bell.stream_open.wait(), 30)  # a bound: a loaded CI box is slow
             if bell is not None and settle:
                 # Ready for the doorbell: GET stream open, session registered (any request does it),
                 # and the reconnect check that those two trigger has run, so it cannot race the test.
