@@ -37,7 +37,6 @@ from switchboard.clock import Clock, ms
 from switchboard.notify.deliveries import Attempt, DeliveryBuffer, DeliveryLog, DeliveryRecord
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
-from switchboard.priority import InboundPriority
 from switchboard.push import (
     AttemptTimeout,
     PushError,
@@ -124,7 +123,6 @@ class DeliveryWorker:
         metrics: Metrics,
         clock: Clock,
         policy: Policy,
-        priority: InboundPriority | None = None,
         deliveries: DeliveryLog | None = None,
     ) -> None:
         self.outbox, self.configs, self.sender = outbox, configs, sender
@@ -134,7 +132,6 @@ class DeliveryWorker:
         self.validator = validator
         self.slow_sender = slow_sender or sender
         self._slow: dict[str, float] = {}  # config row id -> until (clock): it answers slowly
-        self.priority = priority
         self.limits, self.metrics, self.clock, self.policy = limits, metrics, clock, policy
         self._inflight: set[asyncio.Task[None]] = set()
         self._claim_lock = asyncio.Lock()
@@ -171,8 +168,6 @@ class DeliveryWorker:
         while True:
             self._wake.clear()
             try:
-                if self.priority is not None:
-                    await self.priority.yield_to_inbound()  # inbound requests go first (docs/a2a.md)
                 await self.poll_once()
                 await self._housekeeping()
             except asyncio.CancelledError:

@@ -55,7 +55,6 @@ from switchboard.notify.droplog import DropLog
 from switchboard.notify.store import HealthFold, HealthOutcome, HookStore, SendableHook
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
-from switchboard.priority import InboundPriority
 from switchboard.push import (
     AttemptTimeout,
     NetworkFailure,
@@ -215,12 +214,10 @@ class Dispatcher:
         retry_delays: Sequence[float] = (1.0, 5.0),
         drain_timeout: float = 5.0,
         health_flush_interval: float = 0.1,
-        priority: InboundPriority | None = None,
         sign: Signer = standard_headers,
         drop_log: DropLog | None = None,
         deliveries: DeliveryLog | None = None,
     ) -> None:
-        self.priority = priority
         self.hooks, self.accounts, self.todos = hooks, accounts, todos
         self.sender, self.metrics, self.clock = sender, metrics, clock
         self.queue: asyncio.Queue[Notification] = asyncio.Queue(maxsize=queue_size)
@@ -573,8 +570,6 @@ class Dispatcher:
                 self._in_hand[n.id] = n
                 cut_off = False
                 try:
-                    if self.priority is not None:
-                        await self.priority.yield_to_inbound()  # REQ-7: inbound requests go first
                     await self._attempt(n)
                 except asyncio.CancelledError:
                     cut_off = True  # stop() abandons it: it stays in _in_hand to be counted as dropped
