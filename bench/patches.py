@@ -118,12 +118,12 @@ def one_worker_process() -> None:
 @patch
 def one_read_per_attempt() -> None:
     """Undo a shipped change: each attempt reads its hook with a statement of its own."""
-    from switchboard.notify.dispatcher import _Reads
+    from switchboard.notify.reads import HookReads
 
     async def sendable(self: Any, hook_id: str) -> Any:
         return await self._hooks.sendable(hook_id)
 
-    _Reads.sendable = sendable  # type: ignore[method-assign]
+    HookReads.sendable = sendable  # type: ignore[method-assign]
 
 
 @patch
