@@ -102,6 +102,12 @@ class WindowLimiter:
             return 0.0
         return max(oldest + self.window - now, 1e-9)
 
+    def waiting(self) -> dict[str, float]:
+        """Every key with no room now, with the seconds until it has room: what a scheduler leaves out
+        of its next claim, and when to look again."""
+        self._forget_idle(self.clock.now())
+        return {key: wait for key in self._log if (wait := self.wait(key)) > 0}
+
     def used(self, key: str) -> int:
         """Admissions for ``key`` within the last window (for metrics and tests)."""
         now = self.clock.now()
