@@ -8,7 +8,7 @@ keep the guarantees the real change would have to keep; none is used by ``python
   instead of ``BEGIN IMMEDIATE``; write transactions (``Database.begin()``) keep ``BEGIN IMMEDIATE``.
   Today every read takes SQLite's write lock, so reads queue behind writes and each other in the busy
   handler's sleep-and-retry loop.
-* ``no_keepalive``, ``no_inbound_priority``, ``one_worker_process``, ``one_read_per_attempt`` and
+* ``no_keepalive``, ``one_worker_process``, ``one_read_per_attempt`` and
   ``httpcore_transport`` undo shipped changes, so what each buys is measured side by side with the shipped
   code. ``worker_sched_idle`` tries ``SCHED_IDLE`` for the worker processes instead of niceness +10. (The earlier what-ifs ``keepalive``, ``match_cache`` and
   ``lazy_health`` were removed once keep-alive, batch matching and folded health writes shipped.)
@@ -92,17 +92,6 @@ def no_keepalive() -> None:
     _transport.Sender.__init__ = patched  # type: ignore[method-assign]
 
 
-@patch
-def no_inbound_priority() -> None:
-    """Undo a shipped change: outbound workers never wait for inbound requests."""
-    from switchboard.priority import InboundPriority
-
-    async def never_wait(self: InboundPriority) -> None:
-        return None
-
-    InboundPriority.yield_to_inbound = never_wait  # type: ignore[method-assign]
-
-
 def _in_worker() -> bool:
     import sys
 
@@ -129,12 +118,12 @@ def one_worker_process() -> None:
 @patch
 def one_read_per_attempt() -> None:
     """Undo a shipped change: each attempt reads its hook with a statement of its own."""
-    from switchboard.notify.dispatcher import _Reads
+    from switchboard.notify.reads import HookReads
 
     async def sendable(self: Any, hook_id: str) -> Any:
         return await self._hooks.sendable(hook_id)
 
-    _Reads.sendable = sendable  # type: ignore[method-assign]
+    HookReads.sendable = sendable  # type: ignore[method-assign]
 
 
 @patch

@@ -61,8 +61,8 @@ COMPONENTS: tuple[tuple[str, str], ...] = (
 )
 
 ENTRY_POINTS = (
-    ("on_transitions", "/switchboard/notify/dispatcher.py", "Dispatcher.on_transitions (match a batch)"),
-    ("_attempt", "/switchboard/notify/dispatcher.py", "Dispatcher._attempt (one attempt, on-loop part)"),
+    ("on_transitions", "/switchboard/notify/intake.py", "Intake.on_transitions (match a batch)"),
+    ("attempt", "/switchboard/notify/attempts.py", "AttemptRunner.attempt (one attempt, on-loop part)"),
     (
         "sendable_rows",
         "/switchboard/notify/store.py",

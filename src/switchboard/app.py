@@ -22,7 +22,6 @@ from switchboard.obs.health import readiness
 from switchboard.obs.logs import get_logger
 from switchboard.obs.queues import refresh_queue_gauges
 from switchboard.ops import ensure_schema
-from switchboard.priority import InboundTracking, inbound_priority
 from switchboard.queue.sweeper import Sweeper
 from switchboard.services import Services
 from switchboard.sessioncap import SessionCap
@@ -106,9 +105,7 @@ def create_app(services: Services, *, components: Sequence[Component] | None = N
         mcp.app, sessions=settings.mcp_sessions_per_endpoint, streams=settings.mcp_streams_per_endpoint
     )
     routes.append(Mount("/", app=capped_mcp))
-    # Inbound write requests go first on the event loop: outbound senders yield to them (priority.py).
-    gate = inbound_priority(services)
-    middleware = [] if gate is None else [Middleware(InboundTracking, gate=gate)]
+    middleware: list[Middleware] = []
     # Malformed JSON is refused before authentication or any SDK parser sees it (boundary.py).
     json_paths = [("/mcp", jsonrpc_error), (A2A_PATH, jsonrpc_error), ("/register", oauth_error)]
     middleware.insert(0, Middleware(BaselineHeaders))  # outermost: every answer, the SDKs' 404s too

@@ -1,16 +1,13 @@
-"""Rate limits keyed by an id (endpoint, source, hook, host). In-process by design: limits protect this
+"""Rate limits keyed by an id (endpoint, source, hook, address). In-process by design: limits protect this
 instance's resources and the receivers it calls; the database enforces every cross-instance guarantee.
 
-Two kinds, for two meanings of "N per minute":
-
-* :class:`RateLimiter`, a token bucket: an *average* rate with a burst allowance on top. Right for
-  protecting this server (MCP calls, inbound webhooks, sign-in attempts), where a burst after a quiet
-  spell is fine. Over any 60 s it admits up to ``burst + per_minute``: with burst 120 and 120 a minute,
-  233 in one minute was measured (issue 14).
-* :class:`WindowLimiter`, a sliding window: a *ceiling*. No ``window``-second interval ever holds more
-  than ``limit`` admissions for one key. Right where the number is a promise to someone else, like
-  SPEC-0024's "120 notifications per minute" per hook, which exists so Switchboard cannot be used as
-  an amplifier against a receiver.
+One limiter for every limit in the tree (issue 16): :class:`WindowLimiter`, a sliding window and a
+*ceiling*. No ``window``-second interval ever holds more than ``limit`` admissions for one key. Where
+a limit is "N per minute with a burst of B" (A2A push per address, OAuth registrations per hour), it
+is B in any ``60 x B / N`` seconds (:meth:`WindowLimiter.per_minute`): never more than B at once, N a
+minute sustained. A token bucket (an average with a burst on top) was replaced because it admits more
+than its number in some minute: with burst 120 and 120 a minute, 233 in one minute was measured
+(issue 14), and SPEC-0024's "120 notifications per minute" per hook is a promise to the receiver.
 """
 
 from __future__ import annotations
@@ -18,30 +15,6 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 
 from switchboard.clock import Clock
-
-
-class RateLimiter:
-    def __init__(
-        self, clock: Clock, per_minute: float, *, burst: float | None = None, max_keys: int = 100_000
-    ):
-        self.clock = clock
-        self.rate = per_minute / 60.0
-        self.burst = burst if burst is not None else max(1.0, per_minute)
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
-        self._max_keys = max_keys
-
-    def allow(self, key: str, cost: float = 1.0) -> bool:
-        now = self.clock.now()
-        tokens, last = self._buckets.get(key, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - last) * self.rate)
-        allowed = tokens >= cost
-        if allowed:
-            tokens -= cost
-        self._buckets[key] = (tokens, now)
-        self._buckets.move_to_end(key)
-        if len(self._buckets) > self._max_keys:
-            self._buckets.popitem(last=False)
-        return allowed
 
 
 class WindowLimiter:
@@ -58,14 +31,26 @@ class WindowLimiter:
     a limiter that delays work instead of dropping it needs.
     """
 
-    def __init__(self, clock: Clock, limit: int, window: float = 60.0) -> None:
+    def __init__(self, clock: Clock, limit: int, window: float = 60.0, *, max_keys: int = 100_000) -> None:
         if limit < 1 or window <= 0:
             raise ValueError("limit must be at least 1 and window positive")
         self.clock = clock
         self.limit = limit
         self.window = window
+        self._max_keys = max_keys  # past it, the key admitted least recently is forgotten
         # key -> admission times, oldest first; keys ordered by their newest admission, oldest first
         self._log: OrderedDict[str, deque[float]] = OrderedDict()
+
+    @classmethod
+    def per_minute(
+        cls, clock: Clock, per_minute: float, *, burst: float | None = None, max_keys: int = 100_000
+    ) -> WindowLimiter:
+        """``per_minute`` sustained with at most ``burst`` (default: ``per_minute``) at once: ``burst``
+        admissions in any ``60 x burst / per_minute`` seconds."""
+        if per_minute <= 0:
+            raise ValueError("per_minute must be positive")
+        limit = max(1, int(burst if burst is not None else per_minute))
+        return cls(clock, limit, 60.0 * limit / per_minute, max_keys=max_keys)
 
     def allow(self, key: str) -> bool:
         """Admit one for ``key`` if its window has room."""
@@ -88,6 +73,8 @@ class WindowLimiter:
                 return max(wait, 1e-9)  # the oldest is still inside the closed window: no room
         times.append(now)  # drops the oldest when full
         self._log.move_to_end(key)
+        if len(self._log) > self._max_keys:
+            self._log.popitem(last=False)
         return 0.0
 
     def wait(self, key: str) -> float:
@@ -101,6 +88,12 @@ class WindowLimiter:
         if now - oldest > self.window:
             return 0.0
         return max(oldest + self.window - now, 1e-9)
+
+    def waiting(self) -> dict[str, float]:
+        """Every key with no room now, with the seconds until it has room: what a scheduler leaves out
+        of its next claim, and when to look again."""
+        self._forget_idle(self.clock.now())
+        return {key: wait for key in self._log if (wait := self.wait(key)) > 0}
 
     def used(self, key: str) -> int:
         """Admissions for ``key`` within the last window (for metrics and tests)."""

@@ -57,7 +57,6 @@ class Settings(BaseSettings):
 
     mcp_rate_per_minute: int = 600
     max_body_bytes: int = 1024 * 1024
-    inbound_priority_max_defer_ms: int = 0  # opt-in: docs/benchmarks.md found no gain on 2 cores
 
     push_allow_http: bool = False
     # PEM file of private CA(s) trusted for outbound HTTPS in addition to the system store.

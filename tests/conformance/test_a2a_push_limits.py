@@ -22,8 +22,8 @@ async def test_a2a_push_limits_are_keyed_by_the_pinned_address_not_the_host_name
     async with receiver(names=("one.test", "two.test")) as rcv, pair(conf) as p:
         for name in ("one.test", "two.test", "one.test", "two.test"):
             await p.send(f"to {name}", push=push_config(f"https://{name}:{rcv.port}/a2a"))
-        # At 6 a minute, a third delivery to 127.0.0.1 is due 10 s after the burst: within 4 s only the
-        # burst of 2 may arrive, whatever names the URLs use.
+        # At 6 a minute with a burst of 2 (2 in any 20 s), a third delivery to 127.0.0.1 is due 20 s after
+        # the burst: within 4 s only the burst of 2 may arrive, whatever names the URLs use.
         await asyncio.sleep(4.0)
         assert len(rcv.requests) <= 2, f"{len(rcv.requests)} deliveries to one address within 4 s"
         assert delta(await conf.metrics(), before, "switchboard_a2a_push_attempts_total", result="2xx") <= 2

@@ -36,7 +36,6 @@ from switchboard.a2a.worker import DeliveryWorker, Policy
 from switchboard.notify.deliveries import DeliveryLog
 from switchboard.obs.logs import get_logger
 from switchboard.outbound import a2a_outbound
-from switchboard.priority import inbound_priority
 from switchboard.push import Sender, Validator
 from switchboard.services import Services
 from switchboard.store.transitions import Transition
@@ -116,7 +115,6 @@ class A2AComponent:
             clock=services.clock,
             policy=self.policy,
             deliveries=DeliveryLog(services.db),
-            priority=inbound_priority(services),
         )
         self.handler = Handler(
             services,

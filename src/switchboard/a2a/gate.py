@@ -38,7 +38,7 @@ from switchboard.a2a.stream import SCOPE_KEY as SSE_IDS_KEY
 from switchboard.a2a.stream import EventIds
 from switchboard.ingest.app import BodyTooLarge, read_capped
 from switchboard.obs.logs import get_logger
-from switchboard.ratelimit import RateLimiter
+from switchboard.ratelimit import WindowLimiter
 from switchboard.services import Services
 from switchboard.store.accounts import Endpoint
 from switchboard.store.errors import StoreUnavailable
@@ -145,7 +145,7 @@ class Gate:
     ) -> None:
         self.services = services
         self.dispatch = dispatch
-        self.limiter = RateLimiter(services.clock, rate_per_minute)
+        self.limiter = WindowLimiter.per_minute(services.clock, rate_per_minute)
 
     def _count(self, method: str, code: str) -> None:
         label = method if method in METHOD_VERBS else "unknown"

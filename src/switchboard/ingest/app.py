@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
@@ -17,7 +18,7 @@ from starlette.routing import Route
 from switchboard.ingest.derive import derive
 from switchboard.ingest.verify import delivery_id, verify_signature
 from switchboard.obs.logs import get_logger
-from switchboard.ratelimit import RateLimiter
+from switchboard.ratelimit import WindowLimiter
 from switchboard.services import Services
 from switchboard.store.errors import StoreUnavailable
 from switchboard.store.todos import NewTodo
@@ -53,7 +54,7 @@ async def read_capped(request: Request, cap: int) -> bytes:
 class Ingest:
     def __init__(self, services: Services, *, per_source_per_minute: float = 600) -> None:
         self.s = services
-        self.limiter = RateLimiter(services.clock, per_source_per_minute)
+        self.limiter = WindowLimiter.per_minute(services.clock, per_source_per_minute)
 
     def routes(self) -> list[Route]:
         return [
@@ -94,12 +95,13 @@ class Ingest:
             return error(404, "not_found", "no such source")
         source, secret = found
 
-        if not self.limiter.allow(source.id):
+        wait = self.limiter.take(source.id)
+        if wait:
             self._count("rate_limited")
             return JSONResponse(
                 {"error": "rate_limited", "message": "too many deliveries for this source"},
                 status_code=429,
-                headers={"retry-after": "1"},
+                headers={"retry-after": str(max(1, math.ceil(wait)))},  # when the window has room
             )
 
         verified = False

@@ -29,7 +29,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from switchboard.mcp.errors import error_result
-from switchboard.ratelimit import RateLimiter
+from switchboard.ratelimit import WindowLimiter
 from switchboard.settings import Settings
 from switchboard.store.accounts import AccountStore, Endpoint, hash_token
 
@@ -190,7 +190,7 @@ class RegistrationLimit:
     """Dynamic client registration is unauthenticated by design (RFC 7591): cap it per client address
     so nobody can fill the clients table. Refusals are the RFC's JSON error shape, with 429."""
 
-    def __init__(self, app: ASGIApp, limiter: RateLimiter) -> None:
+    def __init__(self, app: ASGIApp, limiter: WindowLimiter) -> None:
         self.app, self.limiter = app, limiter
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

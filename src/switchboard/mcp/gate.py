@@ -39,7 +39,7 @@ from switchboard.mcp.doorbell import Doorbell, doorbell_uri, resolve
 from switchboard.mcp.errors import UNAVAILABLE_MESSAGE, error_result, result_code
 from switchboard.mcp.sessions import SESSION_HEADER
 from switchboard.mcp.tools import ToolContext, acting_as
-from switchboard.ratelimit import RateLimiter
+from switchboard.ratelimit import WindowLimiter
 from switchboard.store.accounts import Endpoint
 from switchboard.store.errors import StoreUnavailable
 from switchboard.verbs import ALL_VERBS
@@ -67,7 +67,7 @@ class Gate:
         self,
         tools: ToolContext,
         doorbell: Doorbell,
-        limiter: RateLimiter,
+        limiter: WindowLimiter,
         offered: Callable[[str], bool],
         verifier: EndpointTokenVerifier,
     ) -> None:

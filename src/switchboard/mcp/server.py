@@ -44,7 +44,7 @@ from switchboard.mcp.resources import QueueResources
 from switchboard.mcp.sessions import StreamWatch
 from switchboard.mcp.tools import ToolContext, ToolRegistrar
 from switchboard.obs.logs import get_logger
-from switchboard.ratelimit import RateLimiter
+from switchboard.ratelimit import WindowLimiter
 from switchboard.services import Services
 from switchboard.store.errors import Conflict, StoreUnavailable
 
@@ -222,7 +222,7 @@ def build_mcp(services: Services, *, extra_tools: Sequence[ToolRegistrar] = ()) 
         Gate(
             tools,
             doorbell,
-            RateLimiter(services.clock, settings.mcp_rate_per_minute),
+            WindowLimiter.per_minute(services.clock, settings.mcp_rate_per_minute),
             server.offers,
             verifier,
         )
@@ -252,7 +252,7 @@ def build_mcp(services: Services, *, extra_tools: Sequence[ToolRegistrar] = ()) 
             revocation_options=auth.revocation_options,
         )
         per_hour = settings.oauth_registrations_per_hour
-        limit = RateLimiter(services.clock, per_hour / 60.0, burst=max(1.0, float(per_hour)))
+        limit = WindowLimiter(services.clock, max(1, per_hour), 3600.0)  # per_hour in any hour
         for route in auth_routes:
             if route.path == "/register":
                 route.app = RegistrationLimit(route.app, limit)

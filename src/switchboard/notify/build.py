@@ -11,7 +11,6 @@ from switchboard.notify.deliveries import DeliveryLog
 from switchboard.notify.dispatcher import Dispatcher
 from switchboard.notify.store import HookStore
 from switchboard.outbound import notify_outbound
-from switchboard.priority import InboundPriority
 from switchboard.services import Services
 
 
@@ -26,7 +25,6 @@ def build_dispatcher(
     store: HookStore,
     *,
     retry_delays: Sequence[float],
-    priority: InboundPriority | None,
     drain_timeout: float = 5.0,
 ) -> Dispatcher:
     """The dispatcher as the server runs it, in this process or in the notify worker process."""
@@ -44,6 +42,5 @@ def build_dispatcher(
         rate_per_minute=s.notify_rate_per_minute,
         retry_delays=retry_delays,
         drain_timeout=drain_timeout,
-        priority=priority,
         deliveries=DeliveryLog(services.db),
     )

@@ -18,7 +18,6 @@ from switchboard.notify.process import WORKER_COMMAND, RemoteDispatcher
 from switchboard.notify.service import NotifyHooks
 from switchboard.obs.logs import get_logger
 from switchboard.outbound import notify_outbound
-from switchboard.priority import inbound_priority
 from switchboard.services import Services
 
 log = get_logger("switchboard.notify")
@@ -45,9 +44,7 @@ class NotifyComponent:
                 processes=s.notify_worker_processes(),
             )
         else:
-            self.dispatcher = build_dispatcher(
-                services, self.store, retry_delays=retry_delays, priority=inbound_priority(services)
-            )
+            self.dispatcher = build_dispatcher(services, self.store, retry_delays=retry_delays)
         self.verbs.tester = self.dispatcher
         self.enabled = s.notify_hook_ceiling > 0
         services.extras["notify"] = self

@@ -58,7 +58,6 @@ async def run(
         hook_store(services),
         retry_delays=[float(d) for d in hello["retry_delays"]],
         drain_timeout=float(hello.get("drain_timeout", 5.0)),
-        priority=None,  # inbound requests live in the server process, not here
     )
     deltas = MetricDeltas(services.metrics)
 

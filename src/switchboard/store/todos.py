@@ -18,6 +18,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from switchboard.clock import Clock, ms
+from switchboard.delivery.backoff import Backoff
 from switchboard.ids import new_id, todo_id
 from switchboard.store.db import Database
 from switchboard.store.schema import LIVE_DEDUP_PREDICATE, LIVE_STATUSES, PENDING_PREDICATE, todos
@@ -76,14 +77,9 @@ class CreateResult:
 REQUEUEABLE = ("failed", "dead")
 
 
-class RetryPolicy:
-    """ADR-0007: retry_at = now + base x 2^(attempt-1), capped; dead after ``max_attempts`` claims."""
-
-    def __init__(self, base: float = 30.0, cap: float = 3600.0, max_attempts: int = 5) -> None:
-        self.base, self.cap, self.max_attempts = base, cap, max_attempts
-
-    def delay(self, attempt: int) -> float:
-        return float(min(self.cap, self.base * 2 ** max(0, attempt - 1)))
+RetryPolicy = Backoff
+"""ADR-0007: retry_at = now + base x 2^(attempt-1), capped; dead after ``max_attempts`` claims (the
+tree's one backoff schedule, :class:`switchboard.delivery.backoff.Backoff`)."""
 
 
 def claim_pick(endpoint_id: str, queues: Sequence[str]) -> Select[tuple[str]]:

@@ -24,7 +24,7 @@ from switchboard.mcp.auth import (
     oauth_issuer_problem,
 )
 from switchboard.obs.logs import get_logger
-from switchboard.ratelimit import RateLimiter
+from switchboard.ratelimit import WindowLimiter
 from switchboard.services import Services
 from switchboard.settings import Settings
 from switchboard.store.console import BACKLOG_BUCKET_SECONDS
@@ -70,7 +70,7 @@ class WebComponent:
             store=WebStore(services.db, services.clock),
             keys=keys,
             renderer=Renderer(),
-            login_limiter=RateLimiter(services.clock, per_minute, burst=float(per_minute)),
+            login_limiter=WindowLimiter.per_minute(services.clock, per_minute),
             oauth=oauth,
         )
         services.extras["web"] = self

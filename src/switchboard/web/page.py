@@ -24,7 +24,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from switchboard.obs.logs import get_logger
-from switchboard.ratelimit import RateLimiter
+from switchboard.ratelimit import WindowLimiter
 from switchboard.services import Services
 from switchboard.settings import Settings
 from switchboard.store.errors import StoreUnavailable
@@ -79,7 +79,7 @@ class Web:
     store: WebStore
     keys: Keys
     renderer: Renderer
-    login_limiter: RateLimiter
+    login_limiter: WindowLimiter
     oauth: Any = None  # OAuthProvider when OAuth is on
     setup_token: str | None = None
 

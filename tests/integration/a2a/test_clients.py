@@ -111,12 +111,17 @@ async def test_a2a_sdk_client_streams_and_resubscribes(tmp_path: Path) -> None:
         second_id = first["task"]["id"]
         await claim(w.worker, second_id)  # while no stream is open
         resumed: list[dict[str, Any]] = []
+        subscribed = asyncio.Event()
 
         async def follow() -> None:
             async for event in client.subscribe(SubscribeToTaskRequest(id=second_id)):
                 resumed.append(MessageToDict(event))
+                subscribed.set()
 
         follower = asyncio.create_task(follow())
+        # Ack once the subscription is open (its first event, the task as it stands, has arrived): an
+        # ack that wins the race against the subscribe finds nothing left to stream.
+        await asyncio.wait_for(subscribed.wait(), DEADLINE)
         await w.worker.ok("ack", {"todo_id": second_id, "result": "second"})
         await asyncio.wait_for(follower, DEADLINE)
         # The task as it stands already shows the claim made during the gap: nothing missed.

@@ -202,9 +202,12 @@ async def test_rate_limit_per_endpoint(tmp_path: Path, clock: ManualClock) -> No
                 await call(client_a, "whoami")
             code, message = await refuse(client_a, "claim_next")
             assert code == "rate_limited" and "3" in message
-            await call(client_b, "whoami")  # the bucket is per endpoint
-            clock.advance(20)  # one call's worth of tokens back
-            await call(client_a, "whoami")
+            await call(client_b, "whoami")  # the window is per endpoint
+            clock.advance(20)  # a token bucket would give one call back here; a window gives none
+            assert (await refuse(client_a, "whoami"))[0] == "rate_limited"
+            clock.advance(40.001)  # the first three calls left the 60 s window: three more, no fourth
+            for _ in range(3):
+                await call(client_a, "whoami")
             assert (await refuse(client_a, "whoami"))[0] == "rate_limited"
         assert sample(inst, "switchboard_mcp_calls_total", verb="claim_next", code="rate_limited") == 1
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 import statistics
@@ -11,7 +10,6 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from switchboard.priority import InboundPriority
 from switchboard.store.schema import todos
 from tests.integration.notify.conftest import Env, notify_env
 from tests.support.receivers import HangBeforeHeaders, Respond, StaticResolver
@@ -184,35 +182,3 @@ async def test_queue_overflow_before_matching_is_counted_as_dropped(tmp_path: Pa
             w for w in env.logs.events("notification dropped") if w["reason"] == "queue_full_unmatched"
         ]
         assert unmatched and unmatched[0]["endpoint_id"] == world.endpoint.id and unmatched[0]["todo_id"]
-
-
-async def test_no_attempt_starts_while_an_inbound_write_is_in_flight(tmp_path: Path) -> None:
-    """REQ-7, opt-in: inbound requests go first on the event loop (src/switchboard/priority.py)."""
-    async with notify_env(tmp_path, inbound_priority_max_defer_ms=60_000) as env:
-        await held_inbound_write_holds_attempts(env)
-
-
-async def test_inbound_priority_is_off_by_default(env: Env) -> None:
-    assert "inbound_priority" not in env.services.extras
-    assert env.notify.dispatcher.priority is None
-
-
-async def held_inbound_write_holds_attempts(env: Env) -> None:
-    gate = env.services.extras["inbound_priority"]
-    assert isinstance(gate, InboundPriority)
-    gate.horizon = 60.0  # only the held request's end may release the worker here
-    world, agent = await env.tenant("held")
-    await agent.ok("create_notify_hook", {"url": env.hook_url()})
-    _, writer = await asyncio.open_connection("127.0.0.1", env.inst.port)
-    try:  # a webhook delivery whose body never comes: in flight until the client goes away
-        writer.write(b"POST /in/nowhere HTTP/1.1\r\nhost: switchboard.test\r\ncontent-length: 64\r\n\r\n")
-        await writer.drain()
-        await env.deliver(world)
-        await asyncio.wait_for(gate.waiting.wait(), 10)  # matched, queued, and the worker waits
-        assert env.receiver.requests == []
-        assert gate.active == 1
-    finally:
-        writer.close()
-        await writer.wait_closed()
-    first = await env.receiver.next_request(timeout=10)
-    assert json.loads(first.body)["type"] == "todo.ready"

@@ -9,18 +9,33 @@ from switchboard.a2a.limits import HostLimits
 from switchboard.clock import ManualClock
 
 
-def test_names_of_one_address_share_its_bucket() -> None:
+def test_names_of_one_address_share_its_window() -> None:
     clock = ManualClock(1000.0)
-    limits = HostLimits(clock, per_minute=60, burst=2, inflight=4)
+    limits = HostLimits(clock, per_minute=60, burst=2, inflight=4)  # at most 2 in any 2 s
     for host in ("a.test", "b.test"):
         limits.learn(host, ["192.0.2.1"])
     assert limits.take(["192.0.2.1"]) == 0.0
     assert limits.take(["192.0.2.1"]) == 0.0
-    assert limits.take(["192.0.2.1"]) == pytest.approx(1.0)  # burst spent: one token a second
+    assert limits.take(["192.0.2.1"]) == pytest.approx(2.0)  # burst spent: room 2 s after the first
     assert limits.blocked_hosts() == ["a.test", "b.test"]
-    clock.advance(1.0)
-    assert limits.blocked_hosts() == []
+    assert limits.next_room_in() == pytest.approx(2.0)
+    clock.advance(2.0)
+    assert limits.blocked_hosts() == ["a.test", "b.test"]  # a closed window: exactly 2 s is still in it
+    clock.advance(0.001)
+    assert limits.blocked_hosts() == [] and limits.next_room_in() is None
     assert limits.take(["192.0.2.1"]) == 0.0
+    assert limits.take(["192.0.2.1"]) == 0.0
+    assert limits.take(["192.0.2.1"]) > 0  # never more than the burst in one window
+
+
+def test_the_sustained_rate_is_per_minute() -> None:
+    clock = ManualClock(0.0)
+    limits = HostLimits(clock, per_minute=120, burst=20, inflight=4)  # the defaults: 20 in any 10 s
+    admitted = 0
+    for _ in range(6000):  # a minute in 10 ms steps, asking at every step
+        admitted += limits.take("192.0.2.1") == 0.0
+        clock.advance(0.01)
+    assert admitted == 120
 
 
 def test_an_attempt_takes_from_every_address_or_from_none() -> None:

@@ -9,8 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from switchboard.notify import body as bodies
+from switchboard.notify.attempts import MAX_ATTEMPTS, retry_policy
 from switchboard.notify.component import NotifyComponent
-from switchboard.notify.dispatcher import MAX_ATTEMPTS, Dispatcher, jittered
+from switchboard.notify.dispatcher import Dispatcher
 from switchboard.store.transitions import Transition
 
 
@@ -78,6 +79,10 @@ def test_backoff_is_about_one_then_five_seconds_jittered() -> None:
     default = inspect.signature(Dispatcher.__init__).parameters["retry_delays"].default
     assert tuple(default) == (1.0, 5.0)
     assert tuple(inspect.signature(NotifyComponent.__init__).parameters["retry_delays"].default) == (1.0, 5.0)
-    samples = [jittered(5.0) for _ in range(2000)]
+    policy = retry_policy(default)
+    assert policy.max_attempts == MAX_ATTEMPTS
+    first = [policy.backoff.delay(1) for _ in range(2000)]
+    assert min(first) >= 0.8 and max(first) <= 1.2
+    samples = [policy.backoff.delay(2) for _ in range(2000)]
     assert min(samples) >= 4.0 and max(samples) <= 6.0
     assert len({round(s, 3) for s in samples}) > 100  # really jittered, not a constant

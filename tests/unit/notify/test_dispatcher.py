@@ -17,7 +17,8 @@ from typing import Any, cast
 
 import pytest
 
-from switchboard.notify.dispatcher import Dispatcher, Notification
+from switchboard.notify.dispatcher import Dispatcher
+from switchboard.notify.notification import Notification
 from switchboard.notify.store import Hook
 from switchboard.push import AttemptResult, NetworkFailure, PermanentClientError, PushError
 from switchboard.store.accounts import Endpoint
@@ -284,8 +285,8 @@ async def test_no_attempt_after_the_disabling_failure_even_before_the_flush(
     sender = ScriptedSender(PermanentClientError(401))
     d = dispatcher(ndb, sender, workers=1, per_owner_inflight=1, health_flush_interval=3600)
     await d.start()
-    assert d._flusher is not None
-    d._flusher.cancel()  # no periodic flush at all: only the check before each attempt can stop it
+    assert d.health._flusher is not None
+    d.health._flusher.cancel()  # no periodic flush at all: only the check before each attempt can stop it
     try:
         # all matched while the hook is enabled, so every one reaches the attempt check
         await d.on_transitions([ready(a, "inbox", i) for i in range(notifications)])
@@ -314,7 +315,7 @@ async def test_no_attempt_after_the_disabling_failure_even_before_the_flush(
         assert dropped == notifications - sent
         assert len([r for r in caplog.records if r.getMessage() == "notify hook disabled"]) == 1
     finally:
-        d._flusher = None
+        d.health._flusher = None
         await d.stop()
 
 

@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from switchboard.notify.dispatcher import MAX_ATTEMPTS, Notification
+from switchboard.notify.attempts import MAX_ATTEMPTS
+from switchboard.notify.notification import Notification
 from switchboard.push import (
     AttemptResult,
     NetworkFailure,
@@ -99,7 +100,7 @@ async def test_the_per_hook_limit_is_a_ceiling_per_sliding_minute(ndb: NotifyDB,
     assert d.queue.qsize() == 240
     dropped = metric(ndb, "switchboard_notify_hook_notifications_total", **DROPPED)
     assert dropped == 30 + 10 + 1 + 10
-    d._drops.close()
+    d.outcomes.drops.close()
     lines = drop_lines(logs)
     assert sum(line["drops"] for line in lines) == dropped
     assert {line["reason"] for line in lines} == {"rate_limited"}
@@ -128,7 +129,7 @@ async def test_every_drop_is_in_a_line_and_the_lines_sum_to_the_counter(
         for round_ in range(4):
             await d.on_transitions([ready(e, "inbox", 10 * round_ + i) for i, e in enumerate(endpoints)])
         gate.set()
-        await until(lambda: bool(d._timers))  # some notification is waiting for its retry
+        await until(lambda: bool(d.timers))  # some notification is waiting for its retry
     finally:
         await d.stop()
     dropped = metric(ndb, "switchboard_notify_hook_notifications_total", **DROPPED)
@@ -196,8 +197,8 @@ async def test_a_notification_handed_to_workers_twice_still_gets_three_attempts(
         await d.on_transitions([ready(a, "inbox", 0)])
         (n,) = [d.queue.get_nowait()]  # taken before a worker ran, and handed back twice
         d.queue.task_done()
-        d._put(n)
-        d._put(n)
+        d.intake.put(n)
+        d.intake.put(n)
         await asyncio.wait_for(d.idle(), 10)
     finally:
         await d.stop()
@@ -271,11 +272,11 @@ async def test_a_worker_that_ends_anyway_is_started_again(ndb: NotifyDB, logs: L
     rx = Receiver(204)
     d = dispatcher(ndb, rx, workers=2, sign=sign)
     await d.start()
-    first = list(d._workers)
+    first = list(d.pool._workers)
     try:
         await d.on_transitions([ready(a, "inbox", 0)])
         await until(lambda: bool(logs.events("notify worker ended unexpectedly; starting it again")))
-        assert d.workers_running == 2 and d._workers != first  # one task replaced, none missing
+        assert d.workers_running == 2 and d.pool._workers != first  # one task replaced, none missing
         await d.on_transitions([ready(a, "inbox", 1)])
         await until(lambda: len(rx.ids) == 1)
     finally:
@@ -316,5 +317,5 @@ async def test_a_notification_past_its_attempts_is_refused_before_any_read(ndb: 
         id="msg_x", type="todo.ready", hook_id=hook.id, endpoint_id=a.id, owner_id=a.human_id,
         todo_id="td_x", body=b"{}", url="https://hooks.test/h", attempts=MAX_ATTEMPTS,
     )  # fmt: skip
-    await d._attempt(n)
+    await d.runner.attempt(n)
     assert rx.ids == [] and n.outcome is None

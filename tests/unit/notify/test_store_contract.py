@@ -262,15 +262,15 @@ async def test_flush_sizes_share_a_few_statements_and_their_spare_rows_touch_not
 async def test_reads_asked_for_together_are_one_statement_and_a_bad_row_fails_only_its_hook(
     ndb: NotifyDB,
 ) -> None:
-    """The dispatcher's batched read before attempts (``_Reads``): same answers as ``sendable``."""
-    from switchboard.notify.dispatcher import _Reads
+    """The dispatcher's batched read before attempts (``HookReads``): same answers as ``sendable``."""
+    from switchboard.notify.reads import HookReads
 
     endpoint = await ndb.endpoint("ep-a")
     good, disabled, broken = [await ndb.hook(endpoint) for _ in range(3)]
     await ndb.set_hook(good.id, consecutive_failures=3)
     await ndb.hooks.set_enabled_by_owner(endpoint.id, disabled.id, False)
     await ndb.set_hook(broken.id, secret_enc=b"not an envelope")
-    reads = _Reads(ndb.hooks)
+    reads = HookReads(ndb.hooks)
     with ndb.statements() as seen:
         answers = await asyncio.gather(
             reads.sendable(good.id),
@@ -295,7 +295,7 @@ async def test_reads_asked_for_together_are_one_statement_and_a_bad_row_fails_on
 
 async def test_a_batched_read_that_is_cancelled_fails_its_waiters(ndb: NotifyDB) -> None:
     """Nobody waits forever on a read that will not come (the dispatcher logs the failure per hook)."""
-    from switchboard.notify.dispatcher import _Reads
+    from switchboard.notify.reads import HookReads
 
     hook = await ndb.hook(await ndb.endpoint("ep-a"))
     entered, gate = asyncio.Event(), asyncio.Event()
@@ -311,7 +311,7 @@ async def test_a_batched_read_that_is_cancelled_fails_its_waiters(ndb: NotifyDB)
         def open_sendable(self, hook_id: str, row: Any) -> Any:
             return ndb.hooks.open_sendable(hook_id, row)
 
-    reads = _Reads(HeldStore())  # type: ignore[arg-type]
+    reads = HookReads(HeldStore())  # type: ignore[arg-type]
     waiter = asyncio.create_task(reads.sendable(hook.id))
     await entered.wait()
     assert reads._task is not None
