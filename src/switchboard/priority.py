@@ -106,13 +106,13 @@ class InboundTracking:
 
 
 def inbound_priority(services: Services) -> InboundPriority | None:
-    """The instance's one gate, kept in ``Services.extras`` so the app and every sender share it; ``None``
+    """The instance's one gate, kept in ``Services.parts`` so the app and every sender share it; ``None``
     when the priority is off (the default), so no request and no attempt pays for it."""
     max_defer = services.settings.inbound_priority_max_defer_ms / 1000
     if max_defer <= 0:
         return None
-    gate = services.extras.get("inbound_priority")
+    gate = services.parts.get(InboundPriority)
     if gate is None:
-        gate = services.extras["inbound_priority"] = InboundPriority(max_defer=max_defer)
-    assert isinstance(gate, InboundPriority)
+        gate = InboundPriority(max_defer=max_defer)
+        services.parts.add(gate)
     return gate

@@ -110,7 +110,7 @@ class Env:
 
     @property
     def a2a(self) -> A2AComponent:
-        component = self.services.extras["a2a"]
+        component = self.services.parts.need(A2AComponent)
         assert isinstance(component, A2AComponent)
         return component
 

@@ -15,12 +15,12 @@ async def test_delivery_waits_while_an_inbound_write_is_in_flight(tmp_path: Path
 
 
 async def test_off_by_default_nothing_tracks_or_waits(env: Env) -> None:
-    assert "inbound_priority" not in env.services.extras
+    assert env.services.parts.get(InboundPriority) is None
     assert env.a2a.worker.priority is None
 
 
 async def held_inbound_write_holds_delivery(env: Env) -> None:
-    gate = env.services.extras["inbound_priority"]
+    gate = env.services.parts.need(InboundPriority)
     assert isinstance(gate, InboundPriority)
     gate.horizon = 60.0  # only the held request's end may release the worker here
     _, token = await env.endpoint("client")

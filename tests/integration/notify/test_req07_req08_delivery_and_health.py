@@ -193,12 +193,12 @@ async def test_no_attempt_starts_while_an_inbound_write_is_in_flight(tmp_path: P
 
 
 async def test_inbound_priority_is_off_by_default(env: Env) -> None:
-    assert "inbound_priority" not in env.services.extras
+    assert env.services.parts.get(InboundPriority) is None
     assert env.notify.dispatcher.priority is None
 
 
 async def held_inbound_write_holds_attempts(env: Env) -> None:
-    gate = env.services.extras["inbound_priority"]
+    gate = env.services.parts.need(InboundPriority)
     assert isinstance(gate, InboundPriority)
     gate.horizon = 60.0  # only the held request's end may release the worker here
     world, agent = await env.tenant("held")
