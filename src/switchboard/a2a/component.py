@@ -161,9 +161,9 @@ class A2AComponent:
         return sender
 
     async def _wake_waiters(self, t: Transition) -> None:
-        """Post-commit: a SendMessage waiting on this task re-reads it (handler.py)."""
-        if t.source == A2A_SOURCE:
-            self.waiter.notify(t.todo_id)
+        """Post-commit: a SendMessage waiting on this task re-reads it (handler.py). A todo nobody
+        waits on costs one dictionary lookup."""
+        self.waiter.notify(t.todo_id)
 
     async def _on_transition(self, t: Transition) -> None:
         """Post-commit: the outbox rows are durable by now; just tell the worker. A dropped wake loses
