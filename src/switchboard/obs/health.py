@@ -13,9 +13,6 @@ import asyncio
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from switchboard.a2a.component import A2AComponent
-from switchboard.notify.component import NotifyComponent
-from switchboard.notify.process import RemoteDispatcher
 from switchboard.services import Services
 from switchboard.store.errors import StoreUnavailable
 
@@ -51,6 +48,9 @@ async def _database(services: Services) -> list[str]:
 def _notify_workers(services: Services) -> list[str]:
     """Every notify worker child is running and reading what it is sent (a child that stops reading
     lets its pipe fill past the dispatcher's buffer: wedged)."""
+    from switchboard.notify.component import NotifyComponent  # the features load with the app, not here
+    from switchboard.notify.process import RemoteDispatcher
+
     component = services.parts.get(NotifyComponent)
     if component is None or not component.enabled:
         return []
@@ -68,6 +68,8 @@ def _notify_workers(services: Services) -> list[str]:
 
 
 def _a2a_worker(services: Services) -> list[str]:
+    from switchboard.a2a.component import A2AComponent
+
     component = services.parts.get(A2AComponent)
     if component is None or not component.push_enabled:
         return []
