@@ -87,7 +87,7 @@ def main(argv: list[str]) -> int:
     ctx = ssl.create_default_context(cafile=config["ca_pem"])
     services = build_services(settings, resolver=bench_resolver, ssl_context=ctx)
     if settings.notify_in_worker_process():  # the dispatcher's process gets the same seams (bench/worker.py)
-        services.extras["notify_worker_command"] = [
+        services.notify_worker_command = [
             sys.executable,
             "-m",
             "bench.worker",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -26,6 +26,9 @@ from switchboard.queue.sweeper import Sweeper
 from switchboard.services import Services
 from switchboard.sessioncap import SessionCap
 
+if TYPE_CHECKING:
+    from switchboard.mcp.tools import ToolRegistrar
+
 log = get_logger("switchboard.app")
 
 
@@ -33,6 +36,10 @@ class Component(Protocol):
     """A feature that owns routes and background work (notify hooks, A2A push, the web UI...)."""
 
     def routes(self) -> Sequence[BaseRoute]: ...
+
+    def mcp_tools(self) -> Sequence[ToolRegistrar]:
+        """The registrars of the MCP verbs this feature adds (``switchboard.mcp.tools``)."""
+        ...
 
     def lifespan(self) -> Any:  # an async context manager
         ...
@@ -56,9 +63,9 @@ def create_app(services: Services, *, components: Sequence[Component] | None = N
     settings = services.settings
     ingest = Ingest(services)
     sweeper = Sweeper(services.todos, settings.reaper_interval)
-    services.extras["sweeper"] = sweeper
-    mcp = build_mcp(services)
-    services.extras["mcp"] = mcp
+    services.parts.add(sweeper)
+    mcp = build_mcp(services, extra_tools=[tool for c in components for tool in c.mcp_tools()])
+    services.parts.add(mcp)
 
     async def healthz(_: Request) -> Response:
         """Liveness: the process serves HTTP. Readiness is /readyz (switchboard.obs.health)."""

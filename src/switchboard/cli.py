@@ -1011,7 +1011,7 @@ def serve(settings: Settings) -> int:
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
             # Before uvicorn waits for requests in flight: let long-waiting ones (an A2A SendMessage
             # waiting for its task) answer now instead of holding the stop.
-            for hook in services.extras.get("on_draining", []):
+            for hook in services.on_draining:
                 hook()
             await super().shutdown(sockets=sockets)
 

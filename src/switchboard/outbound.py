@@ -16,7 +16,7 @@ def parse_cidrs(value: str) -> tuple[str, ...]:
 
 
 def outbound_for(services: Services, allow_cidrs: Sequence[str]) -> tuple[Validator, Sender]:
-    cache: dict[tuple[str, ...], tuple[Validator, Sender]] = services.extras.setdefault("outbound", {})
+    cache = services.outbound
     key = tuple(allow_cidrs)
     if key in cache:
         return cache[key]
@@ -29,7 +29,7 @@ def outbound_for(services: Services, allow_cidrs: Sequence[str]) -> tuple[Valida
     )
     sender = Sender(validator, ssl_context=services.ssl_context)
     cache[key] = (validator, sender)
-    services.extras.setdefault("on_close", []).append(sender.aclose)  # its kept connections
+    services.on_close.append(sender.aclose)  # its kept connections
     return cache[key]
 
 

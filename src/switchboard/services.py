@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import socket
 import ssl
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from switchboard.clock import Clock, SystemClock
 from switchboard.cred import Envelope, load_or_create_key
@@ -23,6 +24,44 @@ from switchboard.store.presence import PresenceStore
 from switchboard.store.sources import SourceStore
 from switchboard.store.todos import RetryPolicy, TodoStore
 from switchboard.store.transitions import TransitionHub
+
+if TYPE_CHECKING:  # the MCP SDK is not imported at run time here: the notify worker process never loads it
+    from mcp.server.auth.provider import AccessToken, OAuthAuthorizationServerProvider
+
+    from switchboard.push import Sender, Validator
+
+P = TypeVar("P")
+
+TokenLookup = Callable[[str], Awaitable["AccessToken | None"]]
+"""A second way to recognise a bearer token (the web UI's OAuth access tokens): switchboard.mcp.auth."""
+FollowupsSinceClaim = Callable[[str, str], Awaitable[list[Any] | None]]
+"""(worker endpoint id, todo id) to the sender's messages since the claim; None: not an A2A task."""
+
+
+class Parts:
+    """The instance's built parts (the notify and A2A components, the web UI, the MCP surface, the
+    sweeper), found by class: ``services.parts.get(NotifyComponent)`` is ``NotifyComponent | None`` to
+    the type checker, so every hand-off is checked, and this module imports none of them."""
+
+    def __init__(self) -> None:
+        self._parts: list[object] = []
+
+    def add(self, part: object) -> None:
+        if self.get(type(part)) is not None:
+            raise ValueError(f"this instance already has a {type(part).__name__}")
+        self._parts.append(part)
+
+    def get(self, kind: type[P]) -> P | None:
+        for part in self._parts:
+            if isinstance(part, kind):
+                return part
+        return None
+
+    def need(self, kind: type[P]) -> P:
+        part = self.get(kind)
+        if part is None:
+            raise LookupError(f"this instance has no {kind.__name__}")
+        return part
 
 
 @dataclass
@@ -43,11 +82,22 @@ class Services:
     # Outbound seams tests inject: a DNS resolver for switchboard.push and a TLS context trusting test CAs.
     resolver: Any = None
     ssl_context: ssl.SSLContext | None = None
-    extras: dict[str, Any] = field(default_factory=dict)
+    # Tests and the bench: the command that starts a notify worker process (switchboard.notify.process).
+    notify_worker_command: Sequence[str] | None = None
+    # What components hand each other, typed. Components are built before the MCP surface (create_app),
+    # so each of these is filled in before it is read.
+    parts: Parts = field(default_factory=Parts)
+    token_lookups: list[TokenLookup] = field(default_factory=list)  # web UI -> MCP and A2A auth
+    oauth_provider: OAuthAuthorizationServerProvider[Any, Any, AccessToken] | None = None  # web UI -> MCP
+    followups_since_claim: FollowupsSinceClaim | None = None  # A2A -> the MCP heartbeat verb
+    on_draining: list[Callable[[], None]] = field(default_factory=list)  # run by `serve` as it stops
+    on_close: list[Callable[[], Awaitable[None]]] = field(default_factory=list)  # run by close()
+    outbound: dict[tuple[str, ...], tuple[Validator, Sender]] = field(default_factory=dict)  # per allowlist
 
     async def close(self) -> None:
+        closers, self.on_close = self.on_close, []
         try:
-            for aclose in self.extras.pop("on_close", []):  # e.g. the outbound Senders' kept connections
+            for aclose in closers:  # e.g. the outbound Senders' kept connections
                 await aclose()
         finally:
             await self.db.dispose()

@@ -44,7 +44,7 @@ SEED = Seeded()
 async def seed(server: Instance) -> None:
     s = server.services
     accounts, todos = s.accounts, s.todos
-    notify = s.extras["notify"]
+    notify = s.parts.need(NotifyComponent)
     assert isinstance(notify, NotifyComponent)
     me = await accounts.create_human(EMAIL, PASSWORD, operator=True)
     other = await accounts.create_human("someone@else.dev", PASSWORD)
@@ -208,7 +208,7 @@ async def test_a_bidi_title_renders_neutralized_everywhere(browser: Any, seeded:
         # reach the page as a raw override either.
         review = await server.services.accounts.endpoint_by_slug("review-bot")
         assert review is not None
-        await server.services.extras["notify"].store.create(
+        await server.services.parts.need(NotifyComponent).store.create(
             review.id, f"https://hooks.acme.dev/run{RLO}gnp.exe", [], False, 5
         )
         await page.goto(f"{server.base_url}/endpoints/review-bot")

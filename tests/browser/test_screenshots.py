@@ -23,7 +23,7 @@ EMAIL = "maria@acme.dev"
 async def seed(server: Instance) -> None:
     s = server.services
     accounts, todos = s.accounts, s.todos
-    notify = s.extras["notify"]
+    notify = s.parts.need(NotifyComponent)
     assert isinstance(notify, NotifyComponent)
     me = await accounts.create_human(EMAIL, PASSWORD, operator=True)
     other = await accounts.create_human("someone@else.dev", PASSWORD)

@@ -79,7 +79,7 @@ async def test_disable_a_hook_from_the_card(page: Any, server: Instance) -> None
     endpoint, token = await services.accounts.vend_endpoint(
         human_id, "dispatcher", ["inbox"], [*DEFAULT_GRANT, *NOTIFY_HOOKS.verbs]
     )
-    notify = services.extras["notify"]
+    notify = services.parts.need(NotifyComponent)
     assert isinstance(notify, NotifyComponent)
     hook, _ = await notify.store.create(endpoint.id, "https://hooks.example.com/sb?key=hidden", [], False, 5)
 
@@ -106,7 +106,7 @@ async def test_another_humans_endpoint_is_not_found(page: Any, server: Instance)
     theirs, _ = await services.accounts.vend_endpoint(
         owner, "not-yours", ["inbox"], [*DEFAULT_GRANT, *NOTIFY_HOOKS.verbs]
     )
-    notify = services.extras["notify"]
+    notify = services.parts.need(NotifyComponent)
     assert isinstance(notify, NotifyComponent)
     hook, _ = await notify.store.create(theirs.id, "https://hooks.example.com/theirs", [], False, 5)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from switchboard.clock import ManualClock
+from switchboard.queue.sweeper import Sweeper
 from switchboard.store.todos import NewTodo
 from switchboard.store.transitions import Transition
 from tests.support.server import Instance, make_settings, run_instance
@@ -73,8 +74,8 @@ async def test_two_instances_claim_2000_without_double_claims(tmp_path: Path, pg
         a.services.hub.subscribe("rec", rec_a)
         b.services.hub.subscribe("rec", rec_b)
         clock.advance(601)
-        sweeps = [a.services.extras["sweeper"].sweep_once() for _ in range(3)]
-        sweeps += [b.services.extras["sweeper"].sweep_once() for _ in range(3)]
+        sweeps = [a.services.parts.need(Sweeper).sweep_once() for _ in range(3)]
+        sweeps += [b.services.parts.need(Sweeper).sweep_once() for _ in range(3)]
         moved = await asyncio.gather(*sweeps)
         assert sum(moved) == N
         await a.services.hub.idle()

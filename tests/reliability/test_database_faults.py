@@ -8,6 +8,7 @@ import pytest
 from sqlalchemy import func, select
 
 from switchboard.clock import ManualClock
+from switchboard.queue.sweeper import Sweeper
 from switchboard.store.schema import todos
 from tests.support.pg import PostgresServer
 from tests.support.server import make_settings, run_instance
@@ -64,7 +65,7 @@ async def test_sweeps_skip_quietly_while_down_and_resume(
         ).created
         await inst.services.todos.claim_next(world.endpoint.id, ["inbox"], 10)
         clock.advance(11)
-        sweeper = inst.services.extras["sweeper"]
+        sweeper = inst.services.parts.need(Sweeper)
         pg_server.kill()
         try:
             from switchboard.store.errors import StoreUnavailable

@@ -17,6 +17,7 @@ from mcp_types import INVALID_PARAMS
 from sqlalchemy import func, select
 
 from switchboard.clock import ManualClock
+from switchboard.mcp.server import McpSurface
 from switchboard.store.schema import todos
 from switchboard.verbs import ALL_VERBS
 from tests.support.mcp_client import Agent, agent
@@ -167,7 +168,7 @@ async def fuzz_agent(worlds: Worlds) -> AsyncIterator[Agent]:
 async def test_mcp_verb_fuzz_always_structured(
     worlds: Worlds, fuzz_agent: Agent, verb: str, args: dict[str, Any]
 ) -> None:
-    if not worlds.inst.services.extras["mcp"].server.offers(verb):
+    if not worlds.inst.services.parts.need(McpSurface).server.offers(verb):
         # A tool this server does not offer at all is the spec's protocol error, not a tool result.
         with pytest.raises(MCPError) as err:
             await fuzz_agent.call(verb, args)

@@ -1,5 +1,5 @@
 """The notify worker process with the test harness's two seams, as the server starts it under
-``SWITCHBOARD_NOTIFY_PROCESS`` (``services.extras["notify_worker_command"]``):
+``SWITCHBOARD_NOTIFY_PROCESS`` (``Services.notify_worker_command``):
 
 ``python -m tests.support.notify_worker HOSTS_JSON CA_PEM``: the names in ``HOSTS_JSON`` resolve to
 their addresses (test names to loopback; anything else does not resolve) and TLS trusts only the

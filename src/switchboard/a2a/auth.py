@@ -54,22 +54,11 @@ async def authenticate_bearer(services: Services, token: str) -> Endpoint | None
     """The endpoint a bearer token acts for, read fresh, or None. Store errors propagate (the caller
     answers 503: a database outage must not look like a bad credential).
 
-    Delegates to ``switchboard.mcp.auth.authenticate_bearer`` when that exists (issue 5: it adds OAuth
-    access tokens and narrows ``verbs`` to what the human granted the token), so both surfaces apply
-    one rule. Until then: the endpoint credential, then any lookup on the MCP token verifier."""
+    ``switchboard.mcp.auth.authenticate_bearer`` decides (it adds OAuth access tokens and narrows
+    ``verbs`` to what the human granted the token), so both surfaces apply one rule."""
     from switchboard.mcp import auth as mcp_auth
 
-    shared = getattr(mcp_auth, "authenticate_bearer", None)
-    if shared is not None:
-        endpoint: Endpoint | None = await shared(services, token)
-        return endpoint
-    endpoint = await services.accounts.endpoint_by_token(token)
-    if endpoint is not None:
-        return endpoint
-    verifier = getattr(services.extras.get("mcp"), "verifier", None)
-    access = await verifier.verify_token(token) if verifier is not None else None
-    endpoint_id = mcp_auth.endpoint_id_of(access) if access is not None else None
-    return await services.accounts.endpoint(endpoint_id) if endpoint_id else None
+    return await mcp_auth.authenticate_bearer(services, token)
 
 
 def bearer_token(authorization: str | None) -> str | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from starlette.routing import BaseRoute, Route
@@ -39,6 +40,9 @@ from switchboard.outbound import a2a_outbound
 from switchboard.push import Sender, Validator
 from switchboard.services import Services
 from switchboard.store.transitions import Transition
+
+if TYPE_CHECKING:
+    from switchboard.mcp.tools import ToolRegistrar
 
 log = get_logger("switchboard.a2a")
 
@@ -139,32 +143,34 @@ class A2AComponent:
             self.worker.wake if self.push_enabled else None,
         )
         self.handler.turns = self.turns
-        # MCP: the worker's ``ask``, and heartbeat's follow-ups since the claim (mcp/consumer.py).
-        services.extras.setdefault("mcp_tools", []).append(ask_registrar(self.turns))
-        services.extras["followups_since_claim"] = self.tasks.followups_since_claim
+        # MCP: heartbeat's follow-ups since the claim (mcp/consumer.py); the worker's ``ask``: mcp_tools.
+        services.followups_since_claim = self.tasks.followups_since_claim
         self.handler.send_wait = s.a2a_send_wait_seconds
-        services.extras.setdefault("on_draining", []).append(self.waiter.close)  # cli.serve's stop
+        services.on_draining.append(self.waiter.close)  # cli.serve's stop
         services.hub.subscribe("a2a_waiters", self._wake_waiters, queue_size=10_000)
         if self.push_enabled:
             services.hub.subscribe("a2a_push", self._on_transition, queue_size=1000)
-        services.extras["a2a"] = self
+        services.parts.add(self)
         guard_sdk_logs()
 
     def _sender(self, validator: Validator, timeout: float) -> Sender:
         sender = Sender(validator, timeout=timeout, ssl_context=self.services.ssl_context)
-        self.services.extras.setdefault("on_close", []).append(sender.aclose)  # its kept connections
+        self.services.on_close.append(sender.aclose)  # its kept connections
         return sender
 
     async def _wake_waiters(self, t: Transition) -> None:
-        """Post-commit: a SendMessage waiting on this task re-reads it (handler.py)."""
-        if t.source == A2A_SOURCE:
-            self.waiter.notify(t.todo_id)
+        """Post-commit: a SendMessage waiting on this task re-reads it (handler.py). A todo nobody
+        waits on costs one dictionary lookup."""
+        self.waiter.notify(t.todo_id)
 
     async def _on_transition(self, t: Transition) -> None:
         """Post-commit: the outbox rows are durable by now; just tell the worker. A dropped wake loses
         nothing (the worker polls anyway)."""
         if t.source == A2A_SOURCE:
             self.worker.wake()
+
+    def mcp_tools(self) -> Sequence[ToolRegistrar]:
+        return (ask_registrar(self.turns),)
 
     def routes(self) -> Sequence[BaseRoute]:
         (rpc,) = create_jsonrpc_routes(

@@ -5,7 +5,8 @@ The design (decision 1) hangs A2A push off the one todo-transition hook. The hoo
 uses the first for everything that must commit or roll back with the transition, so a crash can lose
 nothing (decision 3):
 
-* the ``a2a_tasks`` row of a new task (and the inline push config of its SendMessage),
+* the ``a2a_tasks`` row of a new task (and the inline push config of its SendMessage): written by
+  :func:`writes_task`, the step SendMessage hands ``TodoStore.create``, before this stage runs,
 * the task's next sequence number (the UPDATE holds the task row until commit: strictly increasing),
 * the task's event log row (``a2a_task_events``: what SSE streams send and replay),
 * one outbox row per push config, carrying the exact body that will be sent.
@@ -27,7 +28,20 @@ from switchboard.a2a import outbox, tasks
 from switchboard.a2a.configs import ConfigStore
 from switchboard.a2a.views import TERMINAL_TRANSITIONS, PushEvent, push_body
 from switchboard.clock import ms
-from switchboard.store.transitions import Transition
+from switchboard.store.transitions import InTxHandler, Transition
+
+
+def writes_task(configs: ConfigStore, intent: tasks.SendIntent) -> InTxHandler:
+    """The in-transaction step SendMessage passes to ``TodoStore.create``: the new todo's task row and
+    its inline push config, in the todo's own transaction, before the transition stage reads them."""
+
+    async def write(conn: AsyncConnection, created: Sequence[Transition]) -> None:
+        for t in created:
+            await tasks.insert_task(conn, t.todo_id, intent, ms(t.at))
+            if intent.inline_config is not None:
+                await configs.insert_in(conn, intent.owner_endpoint_id, t.todo_id, intent.inline_config)
+
+    return write
 
 
 class Fanout:
@@ -36,23 +50,17 @@ class Fanout:
 
     async def __call__(self, conn: AsyncConnection, transitions: Sequence[Transition]) -> None:
         for t in transitions:
-            if t.source == tasks.A2A_SOURCE:  # cheap filter: no query for any other todo
+            # A prefilter that saves every other todo a query; the task row decides (next_seq).
+            if t.source == tasks.A2A_SOURCE:
                 await self._one(conn, t)
 
     async def _one(self, conn: AsyncConnection, t: Transition) -> None:
         now_ms = ms(t.at)
-        if t.transition == "created":
-            intent = tasks.current_intent()
-            if intent is None:
-                return  # a webhook source that happens to be called "a2a": not a task
-            await tasks.insert_task(conn, t.todo_id, intent, now_ms)
-            if intent.inline_config is not None:
-                await self.configs.insert_in(conn, intent.owner_endpoint_id, t.todo_id, intent.inline_config)
         bumped = await tasks.next_seq(
             conn, t.todo_id, terminal=t.transition in TERMINAL_TRANSITIONS, now_ms=now_ms
         )
         if bumped is None:
-            return
+            return  # no task row: not an A2A task (a webhook source that happens to be called "a2a")
         if t.transition == "claimed":
             await tasks.mark_claim(conn, t.todo_id)
         targets = await self.configs.targets_in(conn, t.todo_id)

@@ -56,11 +56,12 @@ from switchboard.a2a import errors
 from switchboard.a2a.config_types import ConfigInput
 from switchboard.a2a.configs import ConfigStore, parse_config
 from switchboard.a2a.errors import ConfigRefused
+from switchboard.a2a.fanout import writes_task
 from switchboard.a2a.gate import caller
 from switchboard.a2a.settings import default_queue
 from switchboard.a2a.stream import SCOPE_KEY as SSE_IDS_KEY
 from switchboard.a2a.stream import EventIds, events_of, is_terminal, last_event_id
-from switchboard.a2a.tasks import A2A_KIND, A2A_SOURCE, SendIntent, TaskStore, sending
+from switchboard.a2a.tasks import A2A_KIND, A2A_SOURCE, SendIntent, TaskStore
 from switchboard.a2a.turns import Turns
 from switchboard.a2a.views import (
     STATUSES_OF_STATE,
@@ -214,8 +215,9 @@ class Handler(RequestHandler):
             verified=True,  # an authenticated endpoint sent it: the worker's doorbell may ring
         )
         try:
-            with sending(intent):
-                created = await self.services.todos.create([todo])
+            created = await self.services.todos.create(
+                [todo], in_transaction=writes_task(self.configs, intent)
+            )
         except Conflict:
             # The same messageId sent twice at once: the other call's task committed first (the
             # unique (owner, messageId) index refused this one; nothing of it is stored).

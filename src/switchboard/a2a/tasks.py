@@ -5,17 +5,14 @@ Every read is scoped by the owner (the endpoint that sent the message), so anoth
 reads exactly like an unknown one.
 
 The task row must commit with its todo, but the todo id is minted inside ``TodoStore.create``. The send
-path therefore states its intent in a context variable (:func:`sending`) and the transition hub's
-in-transaction stage, which runs in the same task and transaction, writes the row
-(:func:`insert_task`).
+path therefore hands ``create`` an in-transaction step (``fanout.writes_task``) that writes the row
+(:func:`insert_task`) with the new id, in the same transaction, before the transition stage reads it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,28 +31,13 @@ A2A_KIND = "a2a.message"
 
 @dataclass(frozen=True, slots=True)
 class SendIntent:
+    """What a SendMessage knows of the task it creates, for the task row written with its todo."""
+
     owner_endpoint_id: str
     context_id: str
     message_json: str
     inline_config: ConfigInput | None = None  # SendMessage's configuration.taskPushNotificationConfig
     message_id: str | None = None  # the dedup key (owner, messageId)
-
-
-_intent: ContextVar[SendIntent | None] = ContextVar("switchboard_a2a_send_intent", default=None)
-
-
-@contextmanager
-def sending(intent: SendIntent) -> Iterator[None]:
-    """Bind the task row's facts for the ``TodoStore.create`` call made inside this block."""
-    token = _intent.set(intent)
-    try:
-        yield
-    finally:
-        _intent.reset(token)
-
-
-def current_intent() -> SendIntent | None:
-    return _intent.get()
 
 
 _COLUMNS = (

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -30,6 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from switchboard.mcp.errors import error_result
 from switchboard.ratelimit import WindowLimiter
+from switchboard.services import TokenLookup
 from switchboard.settings import Settings
 from switchboard.store.accounts import AccountStore, Endpoint, hash_token
 
@@ -43,16 +44,12 @@ VIA_OAUTH = "oauth"
 OAUTH_CLIENT_CLAIM = "switchboard_oauth_client"
 GRANT_CLAIM = "switchboard_grant"  # the verbs the human granted the OAuth client
 
-TOKEN_LOOKUPS = "token_lookups"  # services.extras key: extra TokenLookups (the web UI adds OAuth)
-OAUTH_PROVIDER = "oauth_provider"  # services.extras key: an OAuthAuthorizationServerProvider
-
 VERIFIED_TTL = 5.0  # seconds an endpoint read at verification serves the same request's gate
 VERIFIED_KEPT = 4096  # credentials remembered at most (one per endpoint in use)
 
-TokenLookup = Callable[[str], Awaitable[AccessToken | None]]
-"""A second way to recognise a bearer token (an OAuth access token). It must return an
-``AccessToken`` whose claims carry ``switchboard_endpoint`` = the endpoint id it acts for, and whose
-scopes are the verbs it may call now."""
+# TokenLookup (switchboard.services): a second way to recognise a bearer token (an OAuth access token).
+# It must return an ``AccessToken`` whose claims carry ``switchboard_endpoint`` = the endpoint id it acts
+# for, and whose scopes are the verbs it may call now.
 
 
 class EndpointTokenVerifier:
@@ -114,8 +111,8 @@ class EndpointTokenVerifier:
 
 def verifier_for(services: Services) -> EndpointTokenVerifier:
     """The verifier for one instance: the endpoint credential plus every lookup components registered
-    in ``services.extras["token_lookups"]`` (the web UI registers the OAuth access-token lookup)."""
-    return EndpointTokenVerifier(services.accounts, services.extras.get(TOKEN_LOOKUPS, ()))
+    in ``services.token_lookups`` (the web UI registers the OAuth access-token lookup)."""
+    return EndpointTokenVerifier(services.accounts, services.token_lookups)
 
 
 def endpoint_id_of(access: AccessToken) -> str | None:

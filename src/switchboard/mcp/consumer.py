@@ -134,8 +134,8 @@ def register_consumer_verbs(server: MCPServer[Any], tc: ToolContext) -> None:
         if row is None:
             raise await explain(endpoint.id, todo_id, "claimed")
         answer: HeartbeatResult = {"todo": todo_view(row, payload=False)}
-        # A module (A2A) may say what reached a held todo since its claim (services.extras).
-        since_claim = services.extras.get("followups_since_claim")
+        # A module (A2A) may say what reached a held todo since its claim.
+        since_claim = services.followups_since_claim
         if since_claim is not None:
             later = await since_claim(endpoint.id, todo_id)
             if later is not None:

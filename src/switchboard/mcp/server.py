@@ -27,7 +27,6 @@ from switchboard import __version__
 from switchboard.boundary import RevocationForm
 from switchboard.mcp.account import register_account_verbs
 from switchboard.mcp.auth import (
-    OAUTH_PROVIDER,
     EndpointTokenVerifier,
     GrantNarrowing,
     RegistrationLimit,
@@ -190,13 +189,13 @@ class McpSurface:
 
 
 def build_mcp(services: Services, *, extra_tools: Sequence[ToolRegistrar] = ()) -> McpSurface:
-    """The MCP surface for one instance. Extra verbs come from ``extra_tools`` and from registrars
-    other components appended to ``services.extras["mcp_tools"]`` before the app was created."""
+    """The MCP surface for one instance. Extra verbs come from ``extra_tools``: ``create_app`` passes
+    every component's registrars (``Component.mcp_tools``)."""
     settings = services.settings
     bus = InMemorySubscriptionBus()
     # Auth: endpoint credentials always; OAuth access tokens too when a component (the web UI) has
     # registered an authorization-server provider and a token lookup (see switchboard.mcp.auth).
-    provider = services.extras.get(OAUTH_PROVIDER)
+    provider = services.oauth_provider
     auth = auth_settings(settings, oauth=provider is not None)
     verifier = verifier_for(services)
     server = SwitchboardServer(
@@ -214,7 +213,6 @@ def build_mcp(services: Services, *, extra_tools: Sequence[ToolRegistrar] = ()) 
         register_consumer_verbs,
         register_account_verbs,
         *extra_tools,
-        *services.extras.get("mcp_tools", ()),
     ]
     for register in registrars:
         register(server, tools)

@@ -9,10 +9,10 @@ Other features (notify hooks, A2A) add their verbs with a registrar::
             raise VerbError("not_found", "hook not found")
         tc.add_tool(list_notify_hooks, name="list_notify_hooks", description="...")
 
-and pass it as ``build_mcp(services, extra_tools=[register])`` or append it to
-``services.extras["mcp_tools"]`` before ``create_app``. The gate (``switchboard.mcp.gate``) checks the
-grant for every tool by name, whichever way it was registered: a verb is callable only when it is in the
-endpoint's scope, unless it was added with ``grant_required=False``.
+and return it from a component's ``mcp_tools()`` (``switchboard.app.Component``; ``create_app`` passes
+them on) or pass it as ``build_mcp(services, extra_tools=[register])``. The gate (``switchboard.mcp.gate``)
+checks the grant for every tool by name, whichever way it was registered: a verb is callable only when it
+is in the endpoint's scope, unless it was added with ``grant_required=False``.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from starlette.routing import BaseRoute
 
@@ -19,6 +20,9 @@ from switchboard.notify.service import NotifyHooks
 from switchboard.obs.logs import get_logger
 from switchboard.outbound import notify_outbound
 from switchboard.services import Services
+
+if TYPE_CHECKING:
+    from switchboard.mcp.tools import ToolRegistrar
 
 log = get_logger("switchboard.notify")
 
@@ -36,7 +40,7 @@ class NotifyComponent:
         self.dispatcher: Dispatcher | RemoteDispatcher
         # By default the dispatcher runs in a child process (switchboard.notify.process).
         if s.notify_in_worker_process():
-            command = services.extras.get("notify_worker_command", WORKER_COMMAND)  # tests and bench: seams
+            command = services.notify_worker_command or WORKER_COMMAND  # tests and bench: a seam
             self.dispatcher = RemoteDispatcher(
                 services,
                 retry_delays=retry_delays,
@@ -47,8 +51,7 @@ class NotifyComponent:
             self.dispatcher = build_dispatcher(services, self.store, retry_delays=retry_delays)
         self.verbs.tester = self.dispatcher
         self.enabled = s.notify_hook_ceiling > 0
-        services.extras["notify"] = self
-        services.extras.setdefault("mcp_tools", []).append(registrar(self.verbs))
+        services.parts.add(self)
         if self.enabled:
             services.hub.subscribe_batch(
                 "notify_hooks",
@@ -65,6 +68,9 @@ class NotifyComponent:
 
     def routes(self) -> Sequence[BaseRoute]:
         return ()
+
+    def mcp_tools(self) -> Sequence[ToolRegistrar]:
+        return (registrar(self.verbs),)
 
     @asynccontextmanager
     async def lifespan(self) -> AsyncIterator[None]:

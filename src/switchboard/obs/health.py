@@ -10,17 +10,17 @@ of rotation and an operator reads why.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from switchboard.services import Services
 from switchboard.store.errors import StoreUnavailable
 
 DB_TIMEOUT = 2.0  # seconds: a probe must answer well within a load balancer's own timeout
 A2A_WORKER_TASK = "a2a-push-worker"  # the name switchboard.a2a.worker gives its delivery loop
 
 
-async def readiness(services: Any) -> list[str]:
+async def readiness(services: Services) -> list[str]:
     """Why this instance is not ready; empty when it is."""
     reasons = await _database(services)
     reasons += _notify_workers(services)
@@ -28,7 +28,7 @@ async def readiness(services: Any) -> list[str]:
     return reasons
 
 
-async def _database(services: Any) -> list[str]:
+async def _database(services: Services) -> list[str]:
     try:
         async with asyncio.timeout(DB_TIMEOUT):
             status = await services.db.schema_status()
@@ -45,30 +45,32 @@ async def _database(services: Any) -> list[str]:
     return []
 
 
-def _notify_workers(services: Any) -> list[str]:
+def _notify_workers(services: Services) -> list[str]:
     """Every notify worker child is running and reading what it is sent (a child that stops reading
     lets its pipe fill past the dispatcher's buffer: wedged)."""
-    component = services.extras.get("notify")
+    from switchboard.notify.component import NotifyComponent  # the features load with the app, not here
+    from switchboard.notify.process import RemoteDispatcher
+
+    component = services.parts.get(NotifyComponent)
     if component is None or not component.enabled:
         return []
-    workers = getattr(component.dispatcher, "workers", None)
-    if workers is None:  # the dispatcher runs in this process: it is as alive as this answer
+    dispatcher = component.dispatcher
+    if not isinstance(dispatcher, RemoteDispatcher):  # it runs in this process: as alive as this answer
         return []
     reasons = []
-    for worker in workers:
+    for worker in dispatcher.workers:
         proc = worker.proc
         if proc is None or proc.returncode is not None:
             reasons.append(f"notify worker {worker.index} not running")
-        elif (
-            proc.stdin is not None
-            and proc.stdin.transport.get_write_buffer_size() > component.dispatcher.max_buffer
-        ):
+        elif proc.stdin is not None and proc.stdin.transport.get_write_buffer_size() > dispatcher.max_buffer:
             reasons.append(f"notify worker {worker.index} not reading (wedged)")
     return reasons
 
 
-def _a2a_worker(services: Any) -> list[str]:
-    component = services.extras.get("a2a")
+def _a2a_worker(services: Services) -> list[str]:
+    from switchboard.a2a.component import A2AComponent
+
+    component = services.parts.get(A2AComponent)
     if component is None or not component.push_enabled:
         return []
     alive = any(task.get_name() == A2A_WORKER_TASK and not task.done() for task in asyncio.all_tasks())

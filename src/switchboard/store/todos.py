@@ -23,7 +23,7 @@ from switchboard.ids import new_id, todo_id
 from switchboard.store.db import Database
 from switchboard.store.schema import LIVE_DEDUP_PREDICATE, LIVE_STATUSES, PENDING_PREDICATE, todos
 from switchboard.store.schema_console import todo_events
-from switchboard.store.transitions import Transition, TransitionHub
+from switchboard.store.transitions import InTxHandler, Transition, TransitionHub
 from switchboard.text import admit
 
 # Called on the moved row inside the transaction that moves it (docs/mcp.md, "Answers and state"): if
@@ -171,11 +171,14 @@ class TodoStore:
 
     # -- create ------------------------------------------------------------------------------------
 
-    async def create(self, items: Sequence[NewTodo]) -> CreateResult:
+    async def create(
+        self, items: Sequence[NewTodo], *, in_transaction: InTxHandler | None = None
+    ) -> CreateResult:
         """Insert todos in one transaction. A live todo with the same dedup key absorbs a redelivery
         silently: nothing is inserted and nothing is published for it. A payload that is not storable
         JSON raises :class:`switchboard.text.Unstorable` before anything is written, whichever face
-        sent it."""
+        sent it. ``in_transaction`` is given the created todos in the same transaction, before the
+        hub's in-transaction stage: for rows that must commit with them (an A2A task row)."""
         for item in items:
             admit(item.payload)
         now = self.clock.now()
@@ -207,6 +210,8 @@ class TodoStore:
                         instance_id=self.hub.instance_id,
                     )
                 )
+            if in_transaction is not None and created:
+                await in_transaction(conn, created)
             await self._commit(conn, created)
         self.hub.publish(created)
         return CreateResult([t.todo_id for t in created], dedup)

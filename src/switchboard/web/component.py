@@ -2,7 +2,7 @@
 the first-run setup link, and a sweeper for expired sessions, codes and tokens.
 
 Built before the MCP surface (``create_app`` builds components first), so the provider and its
-access-token lookup are in ``services.extras`` when ``build_mcp`` wires auth.
+access-token lookup are on ``services`` (``oauth_provider``, ``token_lookups``) when ``build_mcp`` wires auth.
 """
 
 from __future__ import annotations
@@ -12,17 +12,12 @@ import contextlib
 import secrets
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
-from switchboard.mcp.auth import (
-    OAUTH_PROVIDER,
-    TOKEN_LOOKUPS,
-    auth_settings,
-    mcp_resource_url,
-    oauth_issuer_problem,
-)
+from switchboard.mcp.auth import auth_settings, mcp_resource_url, oauth_issuer_problem
 from switchboard.obs.logs import get_logger
 from switchboard.ratelimit import WindowLimiter
 from switchboard.services import Services
@@ -36,6 +31,9 @@ from switchboard.web.render import STATIC, Renderer
 from switchboard.web.security import SecureHeaders
 from switchboard.web.store import WebStore
 from switchboard.web.views import account, auth, consent, console, endpoints, instance, sources
+
+if TYPE_CHECKING:
+    from switchboard.mcp.tools import ToolRegistrar
 
 log = get_logger("switchboard.web")
 
@@ -62,8 +60,8 @@ class WebComponent:
                 oauth = OAuthProvider(
                     services, store, keys, issuer=_issuer_string(s), resource=mcp_resource_url(s)
                 )
-                services.extras[OAUTH_PROVIDER] = oauth
-                services.extras.setdefault(TOKEN_LOOKUPS, []).append(oauth.lookup_access_token)
+                services.oauth_provider = oauth
+                services.token_lookups.append(oauth.lookup_access_token)
         per_minute = s.login_attempts_per_minute
         self.web = Web(
             services=services,
@@ -73,7 +71,10 @@ class WebComponent:
             login_limiter=WindowLimiter.per_minute(services.clock, per_minute),
             oauth=oauth,
         )
-        services.extras["web"] = self
+        services.parts.add(self)
+
+    def mcp_tools(self) -> Sequence[ToolRegistrar]:
+        return ()
 
     def routes(self) -> Sequence[BaseRoute]:
         w = self.web

@@ -110,9 +110,7 @@ class Env:
 
     @property
     def a2a(self) -> A2AComponent:
-        component = self.services.extras["a2a"]
-        assert isinstance(component, A2AComponent)
-        return component
+        return self.services.parts.need(A2AComponent)
 
     async def endpoint(
         self,

@@ -20,8 +20,11 @@ from a2a.utils.errors import (
 )
 from google.protobuf.json_format import MessageToDict
 
+from switchboard.store.schema_a2a import a2a_push_outbox, a2a_task_events, a2a_tasks
 from switchboard.verbs import DEFAULT_GRANT
 from tests.integration.a2a.conftest import A2A_VERBS, Env, message, send
+from tests.support.mcp_client import agent
+from tests.support.world import gitea_delivery, make_world, pr_payload
 
 UNKNOWN = "td_01JZZZZZZZZZZZZZZZZZZZZZZZ"
 
@@ -231,3 +234,37 @@ async def test_the_send_request_parses_with_the_sdk_types(env: Env) -> None:
     """Guard for the harness itself: the helper builds what the SDK client sends."""
     request = SendMessageRequest(message=message())
     assert MessageToDict(request)["message"]["metadata"] == {"queue": "inbox"}
+
+
+async def test_a_webhook_source_called_a2a_makes_todos_not_tasks(env: Env) -> None:
+    """SendMessage writes its task row itself, in its todo's transaction (``fanout.writes_task``): a
+    webhook todo whose source happens to be called "a2a" gets no task, moves like any todo, and reads
+    as unknown on the A2A surface."""
+    world = await make_world(env.inst, slug="hooked", source_slug="a2a", verbs=(*DEFAULT_GRANT, *A2A_VERBS))
+    assert world.source.slug == "a2a"
+    body, headers = gitea_delivery(world.secret, pr_payload())
+    async with env.inst.client() as http:
+        r = await http.post(world.inbound_path, content=body, headers=headers)
+    assert r.status_code == 202, r.text
+    (todo_id,) = r.json()["todos"]
+    worker = await env.stack.enter_async_context(agent(env.inst.mcp_url, world.token))
+    claimed = await worker.ok("claim", {"todo_id": todo_id})
+    assert claimed["todo"]["source"] == "a2a"
+    assert (await worker.ok("ack", {"todo_id": todo_id}))["todo"]["status"] == "done"
+    await env.settle()
+    assert (
+        await env.count(a2a_tasks),
+        await env.count(a2a_task_events),
+        await env.count(a2a_push_outbox),
+    ) == (
+        0,
+        0,
+        0,
+    )
+    with pytest.raises(TaskNotFoundError):
+        await (await env.client(world.token)).get_task(GetTaskRequest(id=todo_id))
+    # and a task sent over A2A beside it still gets its row and its events
+    task = await send(await env.client(world.token), message(queue="inbox"))
+    await env.settle()
+    assert await env.count(a2a_tasks) == 1
+    assert await env.count(a2a_task_events, a2a_task_events.c.task_id == task.id) >= 1

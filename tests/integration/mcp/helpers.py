@@ -18,6 +18,7 @@ from mcp_types import CallToolResult, ResourceUpdatedNotification, TextContent
 
 from switchboard.mcp.doorbell import META_KEY, doorbell_uri
 from switchboard.mcp.errors import ERROR_META
+from switchboard.mcp.server import McpSurface
 from switchboard.store.accounts import Endpoint
 from switchboard.store.todos import NewTodo
 from switchboard.verbs import DEFAULT_GRANT
@@ -133,7 +134,7 @@ async def connect(
                 # Ready for the doorbell: GET stream open, session registered (any request does it),
                 # and the reconnect check that those two trigger has run, so it cannot race the test.
                 await client.list_tools()
-                await inst.services.extras["mcp"].doorbell.settle()
+                await inst.services.parts.need(McpSurface).doorbell.settle()
             yield client
 
 

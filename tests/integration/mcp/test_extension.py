@@ -4,6 +4,7 @@ the same grants, error shape and metrics to their verbs."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -11,11 +12,12 @@ import pytest
 from mcp import MCPError
 from mcp.server import MCPServer
 from mcp_types import INVALID_PARAMS
+from starlette.routing import BaseRoute
 
 from switchboard.app import Component
 from switchboard.clock import ManualClock
 from switchboard.mcp.errors import INTERNAL_MESSAGE
-from switchboard.mcp.tools import ToolContext, VerbError, current_endpoint
+from switchboard.mcp.tools import ToolContext, ToolRegistrar, VerbError, current_endpoint
 from switchboard.services import Services
 from switchboard.store.errors import StoreUnavailable
 from tests.integration.mcp.helpers import call, connect, refuse, sample, vend
@@ -44,9 +46,21 @@ def register(_server: MCPServer[Any], tc: ToolContext) -> None:
     tc.add_tool(server_time, name="server_time", grant_required=False)
 
 
-def with_registrar(services: Services) -> Sequence[Component]:
-    services.extras.setdefault("mcp_tools", []).append(register)
-    return []
+class Extension:
+    """A component that adds only MCP verbs, as a feature module would (``Component.mcp_tools``)."""
+
+    def routes(self) -> Sequence[BaseRoute]:
+        return ()
+
+    def mcp_tools(self) -> Sequence[ToolRegistrar]:
+        return (register,)
+
+    def lifespan(self) -> AbstractAsyncContextManager[None]:
+        return nullcontext()
+
+
+def with_registrar(_services: Services) -> Sequence[Component]:
+    return [Extension()]
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import pytest
 
 from switchboard.clock import ManualClock, ms
 from switchboard.mcp.tools import iso
+from switchboard.queue.sweeper import Sweeper
 from tests.integration.mcp.helpers import add_todo, call, connect, refuse, sample, vend
 from tests.support.server import Instance
 
@@ -66,7 +67,7 @@ async def test_fail_retry_backoff_then_dead(inst: Instance, clock: ManualClock) 
     """ADR-0007: failed with retry_at = now + 30 s x 2^(attempt-1); the scheduler requeues; dead after 5."""
     a = await vend(inst, "agent-a")
     todo_id = await add_todo(inst, a, "flaky")
-    sweeper = inst.services.extras["sweeper"]
+    sweeper = inst.services.parts.need(Sweeper)
     async with connect(inst, a.token) as client:
         for attempt in range(1, 5):
             claimed = (await call(client, "claim_next"))["todo"]
@@ -103,7 +104,7 @@ async def test_expired_lease_returns_to_pending(inst: Instance, clock: ManualClo
     async with connect(inst, a.token) as client:
         await call(client, "claim_next", lease_seconds=10)
         clock.advance(11)
-        assert await inst.services.extras["sweeper"].sweep_once() == 1
+        assert await inst.services.parts.need(Sweeper).sweep_once() == 1
         again = (await call(client, "claim_next"))["todo"]
         assert again["id"] == todo_id and again["attempt"] == 2
 

@@ -48,7 +48,7 @@ class Env:
 
     @property
     def notify(self) -> NotifyComponent:
-        component = self.services.extras["notify"]
+        component = self.services.parts.need(NotifyComponent)
         assert isinstance(component, NotifyComponent)
         return component
 
@@ -142,7 +142,7 @@ def _worker_seams(services: Services, tmp_path: Path, resolver: StaticResolver, 
         hosts = {host: list(a) for host, a in resolver.answers.items() if isinstance(a, (list, tuple))}
         pem = tmp_path / "notify-worker-ca.pem"
         ca.cert_pem.write_to_path(str(pem))
-        services.extras["notify_worker_command"] = [
+        services.notify_worker_command = [
             sys.executable,
             "-m",
             "tests.support.notify_worker",

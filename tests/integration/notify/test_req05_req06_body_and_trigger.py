@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from switchboard.queue.sweeper import Sweeper
 from tests.integration.notify.conftest import Env
 from tests.support.world import gitea_delivery, pr_payload
 
@@ -85,7 +86,7 @@ async def test_lease_expiry_re_fires(env: Env) -> None:
     assert first["reason"] == "created"
     await a.ok("claim_next", {"lease_seconds": 30})  # the consumer claims it and dies
     env.clock.advance(31)
-    await env.services.extras["sweeper"].sweep_once()
+    await env.services.parts.need(Sweeper).sweep_once()
     again = json.loads((await env.receiver.next_request()).body)
     assert again["todo_id"] == todo_id and again["reason"] == "requeued" and again["attempt"] == 1
     assert again["created_at"] >= first["created_at"]
@@ -101,11 +102,11 @@ async def test_requeue_re_applies_the_sender_gate(env: Env) -> None:
         (todo_id,) = (await http.post(world.inbound_path, content=body, headers=headers)).json()["todos"]
     await a.ok("claim", {"todo_id": todo_id, "lease_seconds": 30})
     env.clock.advance(31)
-    assert await env.services.extras["sweeper"].sweep_once() == 1  # the reaper moved it back to pending
+    assert await env.services.parts.need(Sweeper).sweep_once() == 1  # the reaper moved it back to pending
     await a.ok("claim", {"todo_id": todo_id, "lease_seconds": 30})
     await a.ok("fail", {"todo_id": todo_id, "error": "flaky", "retry": True})
     env.clock.advance(3600)
-    assert await env.services.extras["sweeper"].sweep_once() == 1  # and the retry scheduler too
+    assert await env.services.parts.need(Sweeper).sweep_once() == 1  # and the retry scheduler too
     await env.settle()
     assert env.receiver.requests == []
 

@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import func, select
 
 from switchboard.clock import ManualClock
+from switchboard.notify.component import NotifyComponent
 from switchboard.store.schema import notify_hooks, routes, todos
 from switchboard.store.schema_web import web_sessions
 from switchboard.store.todos import NewTodo
@@ -176,7 +177,7 @@ async def test_delete_an_endpoint_and_a_source_says_what_goes(inst: Instance) ->
         ep, _ = await s.accounts.vend_endpoint(
             human_id, "doomed", ["inbox"], [*DEFAULT_GRANT, *NOTIFY_HOOKS.verbs]
         )
-        notify = s.extras["notify"]
+        notify = s.parts.need(NotifyComponent)
         await notify.store.create(ep.id, "https://hooks.example.com/x", [], False, 5)
         src = await s.sources.create(human_id, "doomed-src", "gitea", "signature", "x" * 40)
         await s.sources.add_route(src.slug, "inbox", ep.slug, None)

@@ -31,7 +31,7 @@ async def test_two_instances_share_sessions_and_oauth(tmp_path: Path, pg_url: st
         endpoint, token = await one.services.accounts.vend_endpoint(
             human_id, "pg-agent", ["inbox"], [*DEFAULT_GRANT, *NOTIFY_HOOKS.verbs]
         )
-        notify = two.services.extras["notify"]
+        notify = two.services.parts.need(NotifyComponent)
         assert isinstance(notify, NotifyComponent)
         hook, _ = await notify.store.create(endpoint.id, "https://hooks.example.com/pg", [], False, 5)
 

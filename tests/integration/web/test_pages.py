@@ -26,7 +26,7 @@ async def test_first_run_setup_link_creates_the_operator_once(
 ) -> None:
     caplog.set_level(logging.INFO)
     async with run_instance(make_settings(tmp_path), clock=wall_clock) as inst:
-        component = inst.services.extras["web"]
+        component = inst.services.parts.need(WebComponent)
         assert isinstance(component, WebComponent)
         token = component.web.setup_token
         assert token
@@ -71,7 +71,7 @@ async def test_no_setup_link_once_a_human_exists(tmp_path: Path, wall_clock: Man
     async with run_instance(settings, clock=wall_clock) as inst:
         await inst.services.accounts.create_human("a@example.com", PASSWORD)
     async with run_instance(settings, clock=wall_clock) as inst:
-        assert inst.services.extras["web"].web.setup_token is None
+        assert inst.services.parts.need(WebComponent).web.setup_token is None
 
 
 async def test_quick_vend_uses_the_default_grant_and_shows_the_token_once(inst: Instance) -> None:
@@ -137,7 +137,7 @@ async def test_wizard_bad_input_is_explained_and_stores_nothing(
 
 async def test_hook_controls_on_the_card(inst: Instance) -> None:
     services = inst.services
-    notify = services.extras["notify"]
+    notify = services.parts.need(NotifyComponent)
     assert isinstance(notify, NotifyComponent)
     async with human(inst, "hk@example.com") as (person, human_id):
         endpoint, token = await services.accounts.vend_endpoint(

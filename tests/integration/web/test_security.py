@@ -69,7 +69,7 @@ async def make_tenant(inst: Instance, person: Human, human_id: str, slug: str = 
     endpoint, _ = await services.accounts.vend_endpoint(
         human_id, slug, ["inbox"], [*DEFAULT_GRANT, *NOTIFY_HOOKS.verbs]
     )
-    notify = services.extras["notify"]
+    notify = services.parts.need(NotifyComponent)
     assert isinstance(notify, NotifyComponent)
     hook, _secret = await notify.store.create(
         endpoint.id, "https://dispatch.example.com/sb?key=s3cr3t", [], False, 5
@@ -83,12 +83,12 @@ async def make_tenant(inst: Instance, person: Human, human_id: str, slug: str = 
     ).created
     flow = ManualFlow(inst, person)
     await flow.exchange(await flow.code(target="existing", endpoint=slug, verbs=["claim_next"]))
-    grants = await services.extras["web"].web.store.grants_for_endpoint(endpoint.id)
+    grants = await services.parts.need(WebComponent).web.store.grants_for_endpoint(endpoint.id)
     return Tenant(person, human_id, slug, hook.id, grants[0].id, route_id, source.slug, todo_id)
 
 
 def ui_routes(inst: Instance) -> list[tuple[str, set[str]]]:
-    component = inst.services.extras["web"]
+    component = inst.services.parts.need(WebComponent)
     assert isinstance(component, WebComponent)
     out: list[tuple[str, set[str]]] = []
     for r in component.routes():

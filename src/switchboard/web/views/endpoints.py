@@ -38,13 +38,12 @@ async def own_endpoint(v: Visit) -> Endpoint:
 
 
 def a2a_of(v: Visit) -> A2AComponent | None:
-    component = v.web.services.extras.get("a2a")
-    return component if isinstance(component, A2AComponent) else None
+    return v.web.services.parts.get(A2AComponent)
 
 
 def notify_of(v: Visit) -> NotifyComponent | None:
-    component = v.web.services.extras.get("notify")
-    return component if isinstance(component, NotifyComponent) and component.enabled else None
+    component = v.web.services.parts.get(NotifyComponent)
+    return component if component is not None and component.enabled else None
 
 
 # -- the list -------------------------------------------------------------------------------------
