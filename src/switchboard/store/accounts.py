@@ -164,6 +164,8 @@ class AccountStore:
             raise ValueError(
                 "queues must be one or more names of lower-case letters, digits, '.', '_' or '-'"
             )
+        if not verbs:
+            raise ValueError("grant at least one verb")
         bad_v = unknown_verbs(list(verbs))
         if bad_v:
             raise ValueError(f"unknown verbs: {', '.join(sorted(bad_v))}")
@@ -173,7 +175,7 @@ class AccountStore:
         async with self.db.begin() as conn:
             taken = (await conn.execute(select(endpoints.c.id).where(endpoints.c.slug == slug))).first()
             if taken:
-                raise Conflict("an endpoint with that slug exists")
+                raise Conflict("an endpoint with that slug exists already")
             # The human's row locked (PostgreSQL; SQLite writers are serial): concurrent vends count once.
             await conn.execute(select(humans.c.id).where(humans.c.id == human_id).with_for_update())
             held = (

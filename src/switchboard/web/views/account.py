@@ -16,6 +16,7 @@ from switchboard.store.errors import NotFound as StoreNotFound
 from switchboard.web.errors import BadRequest, NotFound
 from switchboard.web.page import Visit
 from switchboard.web.store import hash_id
+from switchboard.web.views.confirm import confirm_delete
 
 INVITE_HOURS = 72
 
@@ -138,15 +139,15 @@ async def delete_human(v: Visit) -> Response:
     row = await v.web.services.accounts.human_by_id(human_id)
     assert row is not None
     if v.request.method == "GET":
-        return v.render(
-            "confirm_delete.html",
-            title=f"Remove {row.email}",
+        return confirm_delete(
+            v,
             nav="people",
             what="human",
             name=row.email,
             action=f"/people/{human_id}/delete",
             cancel="/people",
             goes=[(n, label) for label, n in (await admin.human_dependents(human_id)).items()],
+            verb="Remove",
             note="Their endpoints take their todos, notify hooks, routes and OAuth connections with them. "
             "Their sources and the routes from those sources go too. They are signed out at once.",
         )
