@@ -27,18 +27,6 @@ def pytest_configure(config: pytest.Config) -> None:
         root.setLevel(logging.INFO)
 
 
-# Test files whose tests share a module- or session-scoped server or browser: each runs whole on one
-# pytest-xdist worker (``--dist loadgroup`` in scripts/test), so it is started once, not once per worker.
-_GROUPED = ("tests/browser/", "tests/integration/cli/test_cli.py")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        path = item.nodeid.split("::", 1)[0]
-        if path.startswith(_GROUPED):
-            item.add_marker(pytest.mark.xdist_group(path if path.endswith(".py") else "browser"))
-
-
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
     """pytest-xdist's controller: gather what each worker's secrecy scan found (see below)."""

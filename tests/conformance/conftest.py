@@ -26,18 +26,17 @@ _started = False
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark this suite ``conformance`` (``-m "not conformance"`` leaves it out of a quick run) and keep
-    it on one pytest-xdist worker (``--dist loadgroup``): its servers are shared between modules."""
+    """Mark this suite ``conformance``, so ``-m "not conformance"`` leaves it out of a quick run."""
     for item in items:
         if item.nodeid.startswith("tests/conformance/"):
             item.add_marker(pytest.mark.conformance)
-            item.add_marker(pytest.mark.xdist_group("conformance"))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """At the first conformance test, start every selected module's servers, in parallel (their start-up
-    overlaps the first tests). Not at collection: every pytest-xdist worker collects every test, and
-    only the one that runs this suite needs its servers."""
+    overlaps the first tests). Not at collection: a run that selects no conformance test, or a
+    pytest-xdist worker that is given none, starts none. scripts/test runs this suite in a process of its
+    own, beside the other tests' workers (its modules share servers)."""
     global _started
     if _started:
         return
