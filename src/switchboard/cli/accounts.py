@@ -18,6 +18,7 @@ from switchboard.cli.base import (
     require_human,
     warn,
 )
+from switchboard.manage import deletes
 from switchboard.services import Services
 from switchboard.verbs import DEFAULT_GRANT
 
@@ -49,8 +50,7 @@ async def human_operator(services: Services, args: argparse.Namespace) -> Output
 
 async def human_delete(services: Services, args: argparse.Namespace) -> Output:
     row = await require_human(services, args.email)
-    gone = await services.admin.delete_human(row.id)
-    audit("human.delete", "cli", human_id=row.id, **gone)
+    gone = await deletes.delete_human(services.admin, row.id, actor="cli")
     what = ", ".join(f"{n} {k}" for k, n in gone.items())
     return Output({"deleted": human_json(row), "with": gone}, f"deleted human {row.email} with {what}")
 
@@ -149,8 +149,7 @@ async def endpoint_delete(services: Services, args: argparse.Namespace) -> Outpu
     endpoint = await services.accounts.endpoint_by_slug(args.slug)
     if endpoint is None:
         raise CliError(f"no endpoint with slug {args.slug!r}", "not_found", EXIT_FAILED)
-    gone = await services.admin.delete_endpoint(endpoint.id)
-    audit("endpoint.delete", "cli", endpoint_id=endpoint.id, slug=endpoint.slug, **gone)
+    gone = await deletes.delete_endpoint(services.admin, endpoint, actor="cli")
     what = ", ".join(f"{n} {k}" for k, n in gone.items())
     return Output({"deleted": endpoint.slug, "with": gone}, f"deleted endpoint {endpoint.slug} with {what}")
 

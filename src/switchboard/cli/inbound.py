@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from switchboard.audit import audit
 from switchboard.cli.base import (
     EXIT_FAILED,
     REVEAL_NOTE,
@@ -19,6 +18,7 @@ from switchboard.cli.base import (
     shares_key_warning,
     warn,
 )
+from switchboard.manage import deletes
 from switchboard.manage import sources as manage
 from switchboard.services import Services
 from switchboard.store.sources import Source
@@ -95,8 +95,7 @@ async def source_list(services: Services, args: argparse.Namespace) -> Output:
 
 async def source_delete(services: Services, args: argparse.Namespace) -> Output:
     source = await _require_source(services, args.slug)
-    gone = await services.admin.delete_source(source.id)
-    audit("source.delete", "cli", source_id=source.id, slug=source.slug, **gone)
+    gone = await deletes.delete_source(services.admin, source, actor="cli")
     return Output(
         {"deleted": source.slug, "with": gone},
         f"deleted source {source.slug} with {gone['routes']} routes; its {gone['todos']} todos stay",

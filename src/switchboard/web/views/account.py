@@ -10,6 +10,7 @@ from __future__ import annotations
 from starlette.responses import Response
 
 from switchboard.audit import audit
+from switchboard.manage import deletes
 from switchboard.store.admin import PASSWORD_MIN
 from switchboard.store.errors import Conflict
 from switchboard.store.errors import NotFound as StoreNotFound
@@ -152,12 +153,11 @@ async def delete_human(v: Visit) -> Response:
             "Their sources and the routes from those sources go too. They are signed out at once.",
         )
     try:
-        gone = await admin.delete_human(human_id)
+        await deletes.delete_human(admin, human_id, actor=v.me.email)
     except Conflict as exc:
         raise BadRequest(f"{str(exc).capitalize()}. Nothing was changed.") from None
     except StoreNotFound:
         raise NotFound() from None
-    audit("human.delete", v.me.email, human_id=human_id, **gone)
     if human_id == v.me.id:
         v.sign_out()
         return v.redirect("/login", "account_deleted")

@@ -13,6 +13,7 @@ from starlette.responses import Response
 from switchboard.a2a.component import A2AComponent
 from switchboard.a2a.configs import PUSH_VERB
 from switchboard.audit import audit
+from switchboard.manage import deletes
 from switchboard.notify.component import NotifyComponent
 from switchboard.notify.errors import HookNotFound
 from switchboard.notify.process import WorkerUnavailable
@@ -308,6 +309,5 @@ async def delete_endpoint(v: Visit) -> Response:
             note="Its bearer credential and OAuth tokens stop working at once, and its A2A tasks go too. "
             "Deliveries that matched its routes are no longer routed anywhere.",
         )
-    gone = await admin.delete_endpoint(endpoint.id)
-    audit("endpoint.delete", v.me.email, endpoint_id=endpoint.id, slug=endpoint.slug, **gone)
+    await deletes.delete_endpoint(admin, endpoint, actor=v.me.email)
     return v.redirect("/endpoints", "endpoint_deleted")

@@ -10,6 +10,7 @@ from typing import Any
 from starlette.responses import Response
 
 from switchboard.audit import audit
+from switchboard.manage import deletes
 from switchboard.manage import sources as manage
 from switchboard.store.accounts import SLUG
 from switchboard.store.errors import Conflict
@@ -163,6 +164,5 @@ async def delete_source(v: Visit) -> Response:
             note=f"Its signing secret is destroyed and deliveries to its URL are refused from now on. "
             f"The {counts['todos']} todos it already made stay with the endpoints they were routed to.",
         )
-    gone = await admin.delete_source(source.id)
-    audit("source.delete", v.me.email, source_id=source.id, slug=source.slug, **gone)
+    await deletes.delete_source(admin, source, actor=v.me.email)
     return v.redirect("/sources", "source_deleted")
