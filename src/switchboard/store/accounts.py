@@ -164,8 +164,6 @@ class AccountStore:
             raise ValueError(
                 "queues must be one or more names of lower-case letters, digits, '.', '_' or '-'"
             )
-        if not verbs:
-            raise ValueError("grant at least one verb")
         bad_v = unknown_verbs(list(verbs))
         if bad_v:
             raise ValueError(f"unknown verbs: {', '.join(sorted(bad_v))}")

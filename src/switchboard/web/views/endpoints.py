@@ -100,6 +100,8 @@ async def wizard(v: Visit) -> Response:
     queues, error = parse_queues(v.form.get("queues"))
     verbs, verb_error = parse_verbs(v.form.getlist("verbs"))
     error = error or verb_error
+    if not error and not verbs:
+        error = "Grant at least one verb."
     if not error:  # the slug, queues and verbs are checked by the one vend every face calls
         try:
             endpoint, token = await v.web.services.accounts.vend_endpoint(
