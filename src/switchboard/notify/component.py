@@ -11,14 +11,13 @@ from typing import TYPE_CHECKING
 from starlette.routing import BaseRoute
 
 from switchboard.clock import ms
-from switchboard.notify.build import build_dispatcher, hook_store
+from switchboard.notify.build import build_dispatcher
 from switchboard.notify.deliveries import DeliveryLog
 from switchboard.notify.dispatcher import Dispatcher
 from switchboard.notify.mcp import registrar
 from switchboard.notify.process import WORKER_COMMAND, RemoteDispatcher
-from switchboard.notify.service import NotifyHooks
+from switchboard.notify.service import hook_service
 from switchboard.obs.logs import get_logger
-from switchboard.outbound import notify_outbound
 from switchboard.services import Services
 
 if TYPE_CHECKING:
@@ -33,10 +32,9 @@ class NotifyComponent:
     def __init__(self, services: Services, *, retry_delays: Sequence[float] = (1.0, 5.0)) -> None:
         s = services.settings
         self.services = services
-        self.store = hook_store(services)
-        validator, _ = notify_outbound(services)
+        self.verbs = hook_service(services)  # the CLI builds the same
+        self.store = self.verbs.store
         self.deliveries = DeliveryLog(services.db)
-        self.verbs = NotifyHooks(self.store, validator, s.notify_hook_ceiling, deliveries=self.deliveries)
         self.dispatcher: Dispatcher | RemoteDispatcher
         # By default the dispatcher runs in a child process (switchboard.notify.process).
         if s.notify_in_worker_process():

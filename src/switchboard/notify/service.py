@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from switchboard.notify.deliveries import Delivery, DeliveryLog
 from switchboard.notify.errors import CeilingExceeded, InvalidHook
@@ -12,6 +12,10 @@ from switchboard.notify.store import Hook, HookStore
 from switchboard.obs.audit import audit
 from switchboard.push import TargetRejected, Validator
 from switchboard.store.accounts import QUEUE, Endpoint
+
+if TYPE_CHECKING:
+    from switchboard.obs.metrics import Metrics
+    from switchboard.services import Services
 
 
 def _iso_ms(value: int | None) -> str | None:
@@ -46,14 +50,21 @@ class Tester(Protocol):
 
 
 class NotifyHooks:
-    """Every operation on a hook, once: the MCP verbs (notify/mcp.py) and the endpoint card
-    (web/views/endpoints.py) both call these."""
+    """Every operation on a hook, once: the MCP verbs (notify/mcp.py), the endpoint card
+    (web/views/endpoints.py) and the CLI's ``hook`` commands all call these. ``actor`` names who acted in
+    the audit line: the endpoint itself by default, its human's email from the card, ``cli``."""
 
     def __init__(
-        self, store: HookStore, validator: Validator, ceiling: int, *, deliveries: DeliveryLog | None = None
+        self,
+        store: HookStore,
+        validator: Validator,
+        ceiling: int,
+        *,
+        deliveries: DeliveryLog | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.store, self.validator, self.ceiling = store, validator, ceiling
-        self.deliveries = deliveries
+        self.deliveries, self.metrics = deliveries, metrics
         self.tester: Tester | None = None
 
     async def create(
@@ -88,16 +99,14 @@ class NotifyHooks:
         hooks = await self.store.list_for_endpoint(endpoint.id)
         return {"hooks": [hook_view(h) for h in hooks], "ceiling": {"max": self.ceiling, "used": len(hooks)}}
 
-    async def rotate(self, endpoint: Endpoint, hook_id: object, *, by_owner: bool = False) -> dict[str, Any]:
+    async def rotate(
+        self, endpoint: Endpoint, hook_id: object, *, by_owner: bool = False, actor: str | None = None
+    ) -> dict[str, Any]:
         """Mint a new secret (shown once). The endpoint's rotate (MCP) re-enables only an automatic
         disable; the owning human's, from the card (``by_owner``), lifts any disable, as their re-enable."""
         hook, secret = await self.store.rotate(endpoint.id, _hook_id(hook_id), by_owner=by_owner)
-        audit(
-            "hook.rotate",
-            actor=endpoint.human_id if by_owner else endpoint.id,
-            endpoint_id=endpoint.id,
-            hook_id=hook.id,
-        )
+        who = actor or (endpoint.human_id if by_owner else endpoint.id)
+        audit("hook.rotate", actor=who, endpoint_id=endpoint.id, hook_id=hook.id)
         return {
             "hook_id": hook.id,
             "enabled": hook.enabled,
@@ -107,12 +116,26 @@ class NotifyHooks:
             "previous_secret_valid_until": _iso_ms(hook.rotating_until),
         }
 
-    async def set_enabled(self, endpoint: Endpoint, hook_id: object, enabled: bool) -> bool:
+    async def view(self, endpoint: Endpoint, hook_id: object) -> dict[str, Any]:
+        """One of the endpoint's hooks as :func:`hook_view` shows it; another endpoint's is not found."""
+        return hook_view(await self.store.get(endpoint.id, _hook_id(hook_id)))
+
+    async def set_enabled(self, endpoint: Endpoint, hook_id: object, enabled: bool, *, actor: str) -> bool:
         """The owning human's disable / re-enable (REQ-10): a disable records ``operator`` as who did it;
         True when the row changed. Another endpoint's hook is not found alike."""
         hid = _hook_id(hook_id)
         await self.store.get(endpoint.id, hid)
-        return await self.store.set_enabled_by_owner(endpoint.id, hid, enabled)
+        changed = await self.store.set_enabled_by_owner(endpoint.id, hid, enabled)
+        if changed:
+            audit(
+                "hook.enable" if enabled else "hook.disable",
+                actor=actor,
+                endpoint_id=endpoint.id,
+                hook_id=hid,
+            )
+            if not enabled and self.metrics is not None:
+                self.metrics.notify_disabled.labels("operator").inc()
+        return changed
 
     async def send_test(self, endpoint: Endpoint, hook_id: object) -> dict[str, Any]:
         """A signed ``todo.ready`` test notification (``"test": true``), one attempt, result returned."""
@@ -129,10 +152,12 @@ class NotifyHooks:
             return []
         return await self.deliveries.recent(endpoint.id, hid)
 
-    async def delete(self, endpoint: Endpoint, hook_id: object) -> dict[str, Any]:
+    async def delete(
+        self, endpoint: Endpoint, hook_id: object, *, actor: str | None = None
+    ) -> dict[str, Any]:
         hid = _hook_id(hook_id)
         await self.store.delete(endpoint.id, hid)
-        audit("hook.delete", actor=endpoint.id, endpoint_id=endpoint.id, hook_id=hid)
+        audit("hook.delete", actor=actor or endpoint.id, endpoint_id=endpoint.id, hook_id=hid)
         return {"hook_id": hid, "deleted": True}
 
 
@@ -154,3 +179,18 @@ def _queues(value: object, endpoint: Endpoint) -> Sequence[str]:
     if outside:
         raise InvalidHook(f"queues not in this endpoint's scope: {', '.join(outside)}")
     return value
+
+
+def hook_service(services: Services) -> NotifyHooks:
+    """The hook operations as every face builds them: the server's notify component and the CLI."""
+    from switchboard.notify.build import hook_store
+    from switchboard.outbound import notify_outbound
+
+    validator, _ = notify_outbound(services)
+    return NotifyHooks(
+        hook_store(services),
+        validator,
+        services.settings.notify_hook_ceiling,
+        deliveries=DeliveryLog(services.db),
+        metrics=services.metrics,
+    )

@@ -173,7 +173,7 @@ class AccountStore:
         async with self.db.begin() as conn:
             taken = (await conn.execute(select(endpoints.c.id).where(endpoints.c.slug == slug))).first()
             if taken:
-                raise Conflict("an endpoint with that slug exists")
+                raise Conflict("an endpoint with that slug exists already")
             # The human's row locked (PostgreSQL; SQLite writers are serial): concurrent vends count once.
             await conn.execute(select(humans.c.id).where(humans.c.id == human_id).with_for_update())
             held = (

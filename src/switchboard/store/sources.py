@@ -75,7 +75,7 @@ class SourceStore:
         sid = new_id("src")
         async with self.db.begin() as conn:
             if (await conn.execute(select(sources.c.id).where(sources.c.slug == slug))).first():
-                raise Conflict("a source with that slug exists")
+                raise Conflict("a source with that slug exists already")
             await conn.execute(
                 insert(sources).values(
                     id=sid,
@@ -165,7 +165,7 @@ class SourceStore:
                 )
             )
             if dup.first():
-                raise Conflict("that route exists")
+                raise Conflict("that route exists already")
             await conn.execute(
                 insert(routes).values(
                     id=rid,

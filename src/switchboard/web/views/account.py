@@ -10,12 +10,14 @@ from __future__ import annotations
 from starlette.responses import Response
 
 from switchboard.audit import audit
+from switchboard.manage import deletes
 from switchboard.store.admin import PASSWORD_MIN
 from switchboard.store.errors import Conflict
 from switchboard.store.errors import NotFound as StoreNotFound
 from switchboard.web.errors import BadRequest, NotFound
 from switchboard.web.page import Visit
 from switchboard.web.store import hash_id
+from switchboard.web.views.confirm import confirm_delete
 
 INVITE_HOURS = 72
 
@@ -138,25 +140,24 @@ async def delete_human(v: Visit) -> Response:
     row = await v.web.services.accounts.human_by_id(human_id)
     assert row is not None
     if v.request.method == "GET":
-        return v.render(
-            "confirm_delete.html",
-            title=f"Remove {row.email}",
+        return confirm_delete(
+            v,
             nav="people",
             what="human",
             name=row.email,
             action=f"/people/{human_id}/delete",
             cancel="/people",
             goes=[(n, label) for label, n in (await admin.human_dependents(human_id)).items()],
+            verb="Remove",
             note="Their endpoints take their todos, notify hooks, routes and OAuth connections with them. "
             "Their sources and the routes from those sources go too. They are signed out at once.",
         )
     try:
-        gone = await admin.delete_human(human_id)
+        await deletes.delete_human(admin, human_id, actor=v.me.email)
     except Conflict as exc:
         raise BadRequest(f"{str(exc).capitalize()}. Nothing was changed.") from None
     except StoreNotFound:
         raise NotFound() from None
-    audit("human.delete", v.me.email, human_id=human_id, **gone)
     if human_id == v.me.id:
         v.sign_out()
         return v.redirect("/login", "account_deleted")

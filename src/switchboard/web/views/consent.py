@@ -12,7 +12,7 @@ from typing import Any
 
 from starlette.responses import RedirectResponse, Response
 
-from switchboard.store.accounts import SLUG, Endpoint
+from switchboard.store.accounts import Endpoint
 from switchboard.store.errors import Conflict
 from switchboard.verbs import ALL_VERBS, DEFAULT_GRANT
 from switchboard.web.errors import BadRequest, NotFound
@@ -80,15 +80,13 @@ async def consent(v: Visit) -> Response:
                 )
     elif not error and target == "new":
         queues, error = parse_queues(form["queues"])
-        if not error and not SLUG.match(form["slug"]):
-            error = "The slug must be 1-64 lower-case letters, digits or dashes, like claude-laptop."
-        if not error:
+        if not error:  # the slug, queues and verbs are checked by the one vend every face calls
             accounts = v.web.services.accounts
             try:
-                endpoint, _unused = await accounts.vend_endpoint(v.me.id, form["slug"], queues, verbs)
-            except Conflict:
-                error = "An endpoint with that slug exists already. Pick another slug."
-            except ValueError as exc:
+                endpoint, _unused = await accounts.vend_endpoint(
+                    v.me.id, form["slug"], queues, verbs, actor=v.me.email
+                )
+            except (ValueError, Conflict) as exc:
                 error = str(exc)[:300]
             else:
                 # Nobody saw the bearer credential vend minted: revoke it, the OAuth token is the way in.

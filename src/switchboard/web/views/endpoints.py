@@ -13,6 +13,7 @@ from starlette.responses import Response
 from switchboard.a2a.component import A2AComponent
 from switchboard.a2a.configs import PUSH_VERB
 from switchboard.audit import audit
+from switchboard.manage import deletes
 from switchboard.notify.component import NotifyComponent
 from switchboard.notify.errors import HookNotFound
 from switchboard.notify.process import WorkerUnavailable
@@ -22,6 +23,7 @@ from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from switchboard.web.errors import BadRequest, NotFound
 from switchboard.web.grants import grant_groups, parse_queues, parse_verbs
 from switchboard.web.page import Visit
+from switchboard.web.views.confirm import confirm_delete
 
 RECENT_TODOS = 25
 PUSH_CONFIGS_SHOWN = 100
@@ -75,12 +77,10 @@ async def quick_vend(v: Visit) -> Response:
     """Quick-vend: the default grant (consumer verbs only, never an outbound-HTTP verb)."""
     slug = v.form.get("slug").strip().lower()
     queues, error = parse_queues(v.form.get("queues"))
-    if not error and not SLUG.match(slug):
-        error = "The slug must be 1-64 lower-case letters, digits or dashes, like ci-runner."
-    if not error:
+    if not error:  # the slug, queues and verbs are checked by the one vend every face calls
         try:
             endpoint, token = await v.web.services.accounts.vend_endpoint(
-                v.me.id, slug, queues, list(DEFAULT_GRANT)
+                v.me.id, slug, queues, list(DEFAULT_GRANT), actor=v.me.email
             )
         except (ValueError, Conflict) as exc:
             error = _vend_error(exc)
@@ -99,13 +99,13 @@ async def wizard(v: Visit) -> Response:
     queues, error = parse_queues(v.form.get("queues"))
     verbs, verb_error = parse_verbs(v.form.getlist("verbs"))
     error = error or verb_error
-    if not error and not SLUG.match(slug):
-        error = "The slug must be 1-64 lower-case letters, digits or dashes, like ci-runner."
     if not error and not verbs:
         error = "Grant at least one verb."
-    if not error:
+    if not error:  # the slug, queues and verbs are checked by the one vend every face calls
         try:
-            endpoint, token = await v.web.services.accounts.vend_endpoint(v.me.id, slug, queues, verbs)
+            endpoint, token = await v.web.services.accounts.vend_endpoint(
+                v.me.id, slug, queues, verbs, actor=v.me.email
+            )
         except (ValueError, Conflict) as exc:
             error = _vend_error(exc)
         else:
@@ -127,8 +127,7 @@ def _wizard(v: Visit, *, slug: str, queues: str, verbs: list[str], error: str, s
 
 
 def _vend_error(exc: Exception) -> str:
-    if isinstance(exc, Conflict):
-        return "An endpoint with that slug exists already. Pick another slug."
+    """The vend's own message (a taken slug, the per-human cap, a bad name), as the CLI prints it."""
     return str(exc)[:300]
 
 
@@ -210,13 +209,13 @@ async def set_scope(v: Visit) -> Response:
 
 async def revoke_credential(v: Visit) -> Response:
     endpoint = await own_endpoint(v)
-    await v.web.services.accounts.revoke_token(endpoint.id)
+    await v.web.services.accounts.revoke_token(endpoint.id, actor=v.me.email)
     return v.redirect(*_back(endpoint, "credential_revoked"))
 
 
 async def revend_credential(v: Visit) -> Response:
     endpoint = await own_endpoint(v)
-    token = await v.web.services.accounts.revend_token(endpoint.id)
+    token = await v.web.services.accounts.revend_token(endpoint.id, actor=v.me.email)
     return _reveal_token(v, endpoint, token, "re-vended")
 
 
@@ -230,10 +229,9 @@ async def hook_action(v: Visit) -> Response:
     if notify is None or action not in ("disable", "enable", "delete", "test", "rotate"):
         raise NotFound()
     verbs = notify.verbs
-    try:
-        await notify.store.get(endpoint.id, hook_id)  # another endpoint's hook is not found alike
+    try:  # each call finds the hook among this endpoint's own: another endpoint's is not found alike
         if action == "delete":
-            await verbs.delete(endpoint, hook_id)
+            await verbs.delete(endpoint, hook_id, actor=v.me.email)
             return v.redirect(*_back(endpoint, "hook_deleted"))
         if action == "test":
             try:
@@ -249,8 +247,7 @@ async def hook_action(v: Visit) -> Response:
             )
             return await card(v, notice={"kind": "test", "hook_id": hook_id, "result": result})
         if action == "rotate":
-            rotated = await verbs.rotate(endpoint, hook_id, by_owner=True)
-            audit("hook.rotate", v.me.email, endpoint_id=endpoint.id, hook_id=hook_id)
+            rotated = await verbs.rotate(endpoint, hook_id, by_owner=True, actor=v.me.email)
             fresh = await notify.store.get(endpoint.id, hook_id)
             notice = {
                 "kind": "rotate",
@@ -259,14 +256,10 @@ async def hook_action(v: Visit) -> Response:
                 "valid_until": fresh.rotating_until,
             }
             return await card(v, notice=notice)
-        moved = await verbs.set_enabled(endpoint, hook_id, action == "enable")
+        await verbs.set_enabled(endpoint, hook_id, action == "enable", actor=v.me.email)
     except HookNotFound:
         raise NotFound("That hook does not exist on this endpoint.") from None
-    if action == "disable":
-        if moved:
-            v.web.services.metrics.notify_disabled.labels("operator").inc()
-        return v.redirect(*_back(endpoint, "hook_disabled"))
-    return v.redirect(*_back(endpoint, "hook_enabled"))
+    return v.redirect(*_back(endpoint, "hook_disabled" if action == "disable" else "hook_enabled"))
 
 
 async def delete_push_config(v: Visit) -> Response:
@@ -306,9 +299,8 @@ async def delete_endpoint(v: Visit) -> Response:
     admin = v.web.services.admin
     if v.request.method == "GET":
         counts = await admin.endpoint_dependents(endpoint.id)
-        return v.render(
-            "confirm_delete.html",
-            title=f"Delete {endpoint.slug}",
+        return confirm_delete(
+            v,
             nav="endpoints",
             what="endpoint",
             name=endpoint.slug,
@@ -318,6 +310,5 @@ async def delete_endpoint(v: Visit) -> Response:
             note="Its bearer credential and OAuth tokens stop working at once, and its A2A tasks go too. "
             "Deliveries that matched its routes are no longer routed anywhere.",
         )
-    gone = await admin.delete_endpoint(endpoint.id)
-    audit("endpoint.delete", v.me.email, endpoint_id=endpoint.id, slug=endpoint.slug, **gone)
+    await deletes.delete_endpoint(admin, endpoint, actor=v.me.email)
     return v.redirect("/endpoints", "endpoint_deleted")

@@ -10,13 +10,15 @@ from typing import Any
 from starlette.responses import Response
 
 from switchboard.audit import audit
-from switchboard.ingest.verify import new_source_secret
-from switchboard.store.accounts import QUEUE, SLUG
+from switchboard.manage import deletes
+from switchboard.manage import sources as manage
+from switchboard.store.accounts import SLUG
 from switchboard.store.errors import Conflict
 from switchboard.store.errors import NotFound as StoreNotFound
 from switchboard.store.sources import KINDS, TRUSTS, Source
 from switchboard.web.errors import NotFound
 from switchboard.web.page import Visit
+from switchboard.web.views.confirm import confirm_delete
 
 KIND_LABELS = {
     "gitea": "Gitea (X-Gitea-Signature)",
@@ -76,28 +78,23 @@ async def create_source(v: Visit) -> Response:
     slug = v.form.get("slug").strip().lower()
     kind, trust = v.form.get("kind"), v.form.get("trust")
     form = {"slug": slug, "kind": kind, "trust": trust, "error": ""}
-    if not SLUG.match(slug):
-        form["error"] = "The slug must be 1-64 lower-case letters, digits or dashes, like gitea-main."
-    elif kind not in KINDS or trust not in TRUSTS:
+    if kind not in KINDS or trust not in TRUSTS:
         form["error"] = "Pick a kind and a trust mode from the lists."
-    if form["error"]:
         return await _index(v, status=400, source_form=form)
-    secret = new_source_secret(kind, trust)
-    try:
-        source = await v.web.services.sources.create(v.me.id, slug, kind, trust, secret)
-    except (ValueError, Conflict) as exc:
-        form["error"] = (
-            "A source with that slug exists already." if isinstance(exc, Conflict) else str(exc)[:300]
+    try:  # the slug and the kind/trust pairing are checked by the one function every face calls
+        minted = await manage.register_source(
+            v.web.services.sources, v.me.id, slug, kind, trust, actor=v.me.email
         )
+    except (ValueError, Conflict) as exc:
+        form["error"] = str(exc)[:300]
         return await _index(v, status=400, source_form=form)
-    path = f"/in/{source.slug}/{secret}" if trust == "token" else f"/in/{source.slug}"
     return v.render(
         "source_created.html",
         title="Source registered",
         nav="sources",
-        source=source,
-        secret=secret,
-        inbound_url=v.base_url() + path,
+        source=minted.source,
+        secret=minted.secret,
+        inbound_url=v.base_url() + minted.inbound_path,
         kind_label=KIND_LABELS[kind],
     )
 
@@ -119,23 +116,22 @@ async def create_route(v: Visit) -> Response:
         "error": "",
     }
     own_sources = {s.slug for s in await services.sources.list_sources(v.me.id)}
-    own_endpoints = {e.slug: e for e in await services.accounts.list_endpoints(v.me.id)}
+    own_endpoints = {e.slug for e in await services.accounts.list_endpoints(v.me.id)}
     if form["source"] not in own_sources:
         form["error"] = "Pick one of your sources."
     elif form["endpoint"] not in own_endpoints:
         form["error"] = "Pick one of your endpoints."
-    elif not QUEUE.match(form["queue"]):
-        form["error"] = "The queue must be lower-case letters, digits, '.', '_' or '-' (up to 64)."
-    elif len(form["kind"]) > 100:
-        form["error"] = "The event kind is at most 100 characters."
-    if not form["error"]:
-        try:
-            await services.sources.add_route(
-                form["source"], form["queue"], form["endpoint"], form["kind"] or None
+    else:
+        try:  # the queue and event kind are checked by the one function every face calls
+            await manage.create_route(
+                services.sources,
+                form["source"],
+                form["queue"],
+                form["endpoint"],
+                form["kind"] or None,
+                actor=v.me.email,
             )
-        except Conflict:
-            form["error"] = "That route exists already."
-        except (ValueError, StoreNotFound) as exc:
+        except (ValueError, Conflict, StoreNotFound) as exc:
             form["error"] = str(exc)[:300]
     if form["error"]:
         return await _index(v, status=400, route_form=form)
@@ -157,9 +153,8 @@ async def delete_source(v: Visit) -> Response:
     admin = v.web.services.admin
     if v.request.method == "GET":
         counts = await admin.source_dependents(source.id)
-        return v.render(
-            "confirm_delete.html",
-            title=f"Delete {source.slug}",
+        return confirm_delete(
+            v,
             nav="sources",
             what="source",
             name=source.slug,
@@ -169,6 +164,5 @@ async def delete_source(v: Visit) -> Response:
             note=f"Its signing secret is destroyed and deliveries to its URL are refused from now on. "
             f"The {counts['todos']} todos it already made stay with the endpoints they were routed to.",
         )
-    gone = await admin.delete_source(source.id)
-    audit("source.delete", v.me.email, source_id=source.id, slug=source.slug, **gone)
+    await deletes.delete_source(admin, source, actor=v.me.email)
     return v.redirect("/sources", "source_deleted")

@@ -1,0 +1,121 @@
+"""``switchboard serve``: preflight, then uvicorn until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import sys
+from types import FrameType
+from typing import Any
+
+from switchboard import ops, preflight
+from switchboard.cli.base import (
+    EXIT_FAILED,
+    EXIT_SERVE,
+    EXIT_USAGE,
+    CliError,
+    open_services,
+    shares_key_warning,
+)
+from switchboard.obs import configure_logging, get_logger
+from switchboard.obs.logs import scrub
+from switchboard.settings import Settings
+
+log = get_logger("switchboard.cli")
+
+
+def serve(settings: Settings) -> int:
+    """Run the server until SIGTERM or SIGINT; uvicorn drains connections and runs the lifespan's shutdown."""
+    import uvicorn  # only serve needs the web stack; admin commands stay quick to start
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    from switchboard.app import create_app
+    from switchboard.conn import guarded_protocol, install_accept_error_filter
+
+    try:
+        _preflight(settings)
+    except (ops.OpsError, preflight.ConfigError) as exc:
+        print(f"error: {scrub(exc.message)}", file=sys.stderr)
+        return EXIT_SERVE
+    configure_logging(settings.log_level, settings.log_format)
+    # Our one startup line (below) replaces uvicorn's own chatter; its warnings and errors still show.
+    logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
+    if warning := shares_key_warning(settings):
+        log.warning(warning)
+    try:
+        services = open_services(settings)
+        app = create_app(services)
+    except CliError as exc:
+        log.error("switchboard cannot start", reason=exc.message)
+        return EXIT_USAGE
+    except Exception:
+        log.error("switchboard cannot start", exc_info=True)
+        return EXIT_FAILED
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=sockets)
+            if not self.should_exit:
+                log.info(
+                    "switchboard listening", url=_listen_url(settings, self), instance=services.instance_id
+                )
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            # Before uvicorn waits for requests in flight: let long-waiting ones (an A2A SendMessage
+            # waiting for its task) answer now instead of holding the stop.
+            for hook in services.on_draining:
+                hook()
+            await super().shutdown(sockets=sockets)
+
+    install_accept_error_filter()
+    forwarded = settings.forwarded_allow_ips.strip()
+    config = uvicorn.Config(
+        app,
+        host=settings.listen_host,
+        port=settings.listen_port,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        # Connection limits (conn.py): uvicorn's protocol, wrapped with a header deadline and a cap.
+        http=guarded_protocol(
+            AutoHTTPProtocol,
+            max_connections=settings.max_connections,
+            header_timeout=settings.header_timeout_seconds,
+        ),
+        timeout_keep_alive=max(1, round(settings.keep_alive_timeout_seconds)),
+        # Passed explicitly: uvicorn would otherwise trust X-Forwarded-For from 127.0.0.1 (or its own
+        # FORWARDED_ALLOW_IPS variable). Forwarded headers count only from SWITCHBOARD_FORWARDED_ALLOW_IPS.
+        proxy_headers=bool(forwarded),
+        forwarded_allow_ips=forwarded or None,
+    )
+    server = Server(config)
+
+    # uvicorn re-raises the signal it caught once it has shut down, which kills the process with the
+    # default handler. This handler makes that re-raise harmless (exit 0 after a graceful stop), and asks
+    # for a stop if a signal lands before uvicorn has installed its own handlers.
+    def stop(_sig: int, _frame: FrameType | None) -> None:
+        server.should_exit = True
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stop)
+    server.run()
+    log.info("switchboard stopped")
+    return 0
+
+
+def _preflight(settings: Settings) -> None:
+    """The checks that make a misconfigured start fail at once with one line (docs/self-hosting.md)."""
+    preflight.check(settings)
+    asyncio.run(ops.check_schema(settings, settings.resolved_database_url()))
+
+
+def _listen_url(settings: Settings, server: Any) -> str:
+    """The address actually bound (so ``--listen HOST:0`` reports its port)."""
+    host, port = settings.listen_host, settings.listen_port
+    for listener in getattr(server, "servers", []):
+        for sock in listener.sockets or ():
+            port = int(sock.getsockname()[1])
+            break
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

@@ -1,0 +1,90 @@
+"""The commands that need no database: ``call`` (an MCP verb as an endpoint), ``listen`` and ``verify``
+(a local receiver), and ``wait-ready``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+
+from switchboard import preflight
+from switchboard.cli.base import EXIT_FAILED, CliError, load_settings
+from switchboard.obs.logs import scrub
+
+
+def call_verb(args: argparse.Namespace) -> int:
+    from switchboard.call import CallError, call_tool, parse_arguments
+
+    try:
+        arguments = parse_arguments(args.arguments)
+    except CallError as exc:
+        raise CliError(str(exc)) from None
+    token = sys.stdin.readline().strip()
+    if not token:
+        raise CliError("no token on stdin (pass the endpoint's token as the first line of stdin)")
+    url = args.url or preflight.local_url(load_settings(args)) + "/mcp"
+    try:
+        ok, data = asyncio.run(call_tool(url, token, args.tool, arguments))
+    except Exception as exc:  # the SDK's transport errors: name them, never the token
+        raise CliError(f"{url}: call failed ({type(exc).__name__})", "unavailable", EXIT_FAILED) from None
+    if not ok:
+        code = str(data.get("code") or "tool_error")
+        if args.json:
+            print(json.dumps({"error": code, "result": data}))
+        print(f"error: {args.tool}: {scrub(json.dumps(data))}", file=sys.stderr)
+        return EXIT_FAILED
+    print(json.dumps(data) if args.json else json.dumps(data, indent=2))
+    return 0
+
+
+def _hook_secret(args: argparse.Namespace) -> str:
+    secret = args.secret or os.environ.get("SWITCHBOARD_HOOK_SECRET", "")
+    if not secret.startswith("whsec_"):
+        raise CliError("give the hook's signing secret (whsec_...) in SWITCHBOARD_HOOK_SECRET or --secret")
+    return str(secret)
+
+
+def verify_stdin(args: argparse.Namespace) -> int:
+    from switchboard.receiver import NotVerified, parse_request, verify
+
+    secret = _hook_secret(args)
+    try:
+        headers, body = parse_request(sys.stdin.buffer.read())
+        payload = verify(secret, body, headers)
+    except NotVerified as exc:
+        raise CliError(f"signature does not verify ({exc})", "not_verified", EXIT_FAILED) from None
+    print(json.dumps({"verified": True, "webhook-id": headers.get("webhook-id"), "payload": payload}))
+    return 0
+
+
+def listen_receiver(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from switchboard.receiver import listen_app
+
+    secret = _hook_secret(args)
+    if bool(args.cert) != bool(args.key):
+        raise CliError("--cert and --key go together")
+    scheme = "https" if args.cert else "http"
+    print(f"listening on {scheme}://{args.host}:{args.port}/ (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    uvicorn.run(
+        listen_app(secret),
+        host=args.host,
+        port=args.port,
+        ssl_certfile=args.cert,
+        ssl_keyfile=args.key,
+        log_level="warning",
+        access_log=False,
+    )
+    return 0
+
+
+def wait_until_ready(args: argparse.Namespace) -> int:
+    url = args.url or preflight.local_url(load_settings(args))
+    ready, answer = preflight.wait_ready(url, args.timeout)
+    if not ready:
+        raise CliError(f"{url} not ready after {args.timeout:g} s: {answer}", "not_ready", EXIT_FAILED)
+    print(f"switchboard is ready at {url}")
+    return 0
