@@ -1,5 +1,6 @@
 """The tree's shape (issue 16): one limiter and one backoff implementation, and small parts in the
-packages this test owns (notify, a2a, delivery; the lead widens ``SIZED`` as other packages are split).
+packages this test owns (notify, a2a, delivery, store, web; the lead widens ``SIZED`` as other
+packages are split).
 
 Walked from the source with ``ast``, so a new token bucket or a second backoff schedule anywhere in
 src/ fails here, whatever it is called by."""
@@ -12,7 +13,7 @@ from pathlib import Path
 import switchboard
 
 PACKAGE = Path(switchboard.__file__).parent
-SIZED = ("notify", "a2a", "delivery")
+SIZED = ("notify", "a2a", "delivery", "store", "web")
 MAX_CLASS_LINES = 250
 MAX_MODULE_LINES = 500
 # Over the bounds and not split yet, each with why. An entry goes when its part is split (the test below

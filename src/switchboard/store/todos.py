@@ -1,4 +1,5 @@
-"""Todo lifecycle SQL: create (with dedup), claim, heartbeat, ack, fail, cancel, and the requeue sweeps.
+"""Todo lifecycle SQL: create (with dedup), claim, heartbeat, ack, fail, cancel, requeue; the requeue
+sweeps and the reads are in :mod:`switchboard.store.todo_moves` and :mod:`switchboard.store.todo_reads`.
 
 Every statement that moves a todo is a single conditional UPDATE (``... WHERE status = <expected>``),
 so across instances each row moves exactly once: on PostgreSQL the claim and sweep sub-selects use
@@ -8,46 +9,27 @@ so across instances each row moves exactly once: on PostgreSQL the claim and swe
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Row, Select, and_, case, func, insert, select, update
+from sqlalchemy import Row, Select, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from switchboard.clock import Clock, ms
 from switchboard.delivery.backoff import Backoff
-from switchboard.ids import new_id, todo_id
+from switchboard.ids import todo_id
 from switchboard.store.db import Database
 from switchboard.store.schema import LIVE_DEDUP_PREDICATE, LIVE_STATUSES, PENDING_PREDICATE, todos
-from switchboard.store.schema_console import todo_events
+from switchboard.store.todo_moves import Answer, TodoMoves, sender_gate
+from switchboard.store.todo_reads import TodoReads
 from switchboard.store.transitions import InTxHandler, Transition, TransitionHub
 from switchboard.text import admit
-
-# Called on the moved row inside the transaction that moves it (docs/mcp.md, "Answers and state"): if
-# it raises, the move rolls back, so a caller is never told "failed" about a change that committed.
-Answer = Callable[[Row[Any]], object]
 
 # An ack result is also an A2A task's artifact: a protobuf Struct, whose JSON parser stops at 100 message
 # levels, two per JSON level. Deeper results would make every GetTask and ListTasks of that sender fail.
 MAX_RESULT_DEPTH = 32
-
-_MOVED = (
-    todos.c.id,
-    todos.c.endpoint_id,
-    todos.c.queue,
-    todos.c.kind,
-    todos.c.source,
-    todos.c.title,
-    todos.c.attempt,
-    todos.c.status,
-    todos.c.verified,
-    todos.c.via_token,
-    todos.c.self_test,
-    todos.c.quarantined,
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,77 +79,15 @@ def claim_pick(endpoint_id: str, queues: Sequence[str]) -> Select[tuple[str]]:
     )
 
 
-def sender_gate(verified: bool, via_token: bool) -> bool:
-    """SPEC-0011: verified under the source's trust mode, or arrived on a token-trust webhook."""
-    return bool(verified or via_token)
+class TodoStore(TodoMoves, TodoReads):
+    """Every move of a todo (here; the shared transaction and the sweeps in :class:`TodoMoves`) and
+    the reads (:class:`TodoReads`): one object, so every face calls the same store."""
 
-
-class TodoStore:
     def __init__(
         self, db: Database, hub: TransitionHub, clock: Clock, retry: RetryPolicy | None = None
     ) -> None:
         self.db, self.hub, self.clock = db, hub, clock
         self.retry = retry or RetryPolicy()
-
-    # -- helpers -----------------------------------------------------------------------------------
-
-    def _transition(self, row: Row[Any], transition: str, reason: str | None, now: float) -> Transition:
-        return Transition(
-            todo_id=row.id,
-            endpoint_id=row.endpoint_id,
-            queue=row.queue,
-            kind=row.kind,
-            source=row.source,
-            title=row.title,
-            attempt=row.attempt,
-            transition=transition,
-            reason=reason,
-            push_eligible=sender_gate(row.verified, row.via_token),
-            push_excluded=bool(row.self_test or row.quarantined),
-            at=now,
-            instance_id=self.hub.instance_id,
-        )
-
-    @staticmethod
-    def _live_lease(endpoint_id: str, todo: str, now: float) -> Any:
-        """Heartbeat, ack and fail need a lease that has not run out: once it has, the reaper may hand
-        the todo to another worker, and a late ack must not finish someone else's claim."""
-        return and_(
-            todos.c.id == todo,
-            todos.c.endpoint_id == endpoint_id,
-            todos.c.status == "claimed",
-            todos.c.lease_expires_at >= ms(now),
-        )
-
-    async def _commit(
-        self,
-        conn: AsyncConnection,
-        transitions: list[Transition],
-        *,
-        actor: str | None = None,
-        leases: dict[str, int | None] | None = None,
-    ) -> None:
-        """Record each transition in the todo's timeline (``todo_events``) and run the in-transaction
-        handlers, all in the transition's own transaction: the timeline holds exactly what committed."""
-        if transitions:
-            await conn.execute(
-                insert(todo_events),
-                [
-                    {
-                        "id": new_id("te"),
-                        "todo_id": t.todo_id,
-                        "transition": t.transition,
-                        "reason": t.reason,
-                        "attempt": t.attempt,
-                        "lease_expires_at": (leases or {}).get(t.todo_id),
-                        "actor": actor,
-                        "instance_id": t.instance_id[:100] or None,
-                        "at": ms(t.at),
-                    }
-                    for t in transitions
-                ],
-            )
-            await self.hub.run_in_transaction(conn, transitions)
 
     # -- create ------------------------------------------------------------------------------------
 
@@ -366,161 +286,6 @@ class TodoStore:
             .returning(*todos.c)
         )
         return await self._move_one(stmt, "requeued", "operator", now, actor=actor)
-
-    async def _move_one(
-        self,
-        stmt: Any,
-        transition: str,
-        reason: str | None,
-        now: float,
-        answer: Answer | None = None,
-        *,
-        actor: str | None = None,
-    ) -> Row[Any] | None:
-        async with self.db.begin() as conn:
-            row = (await conn.execute(stmt)).first()
-            if row is not None and answer is not None:
-                answer(row)  # raising here rolls the move back
-            transitions = [] if row is None else [self._transition(row, transition, reason, now)]
-            leases = {} if row is None else {row.id: row.lease_expires_at}
-            await self._commit(conn, transitions, actor=actor, leases=leases)
-        self.hub.publish(transitions)
-        return row
-
-    # -- sweeps ------------------------------------------------------------------------------------
-
-    async def requeue_expired_leases(self, limit: int = 500) -> list[Transition]:
-        """The reaper: expired leases go back to pending (or dead once out of attempts)."""
-        now = self.clock.now()
-        pick = (
-            select(todos.c.id)
-            .where(todos.c.status == "claimed", todos.c.lease_expires_at < ms(now))
-            .order_by(todos.c.lease_expires_at)
-            .limit(limit)
-            .with_for_update(skip_locked=True)
-        )
-        give_up = todos.c.attempt >= self.retry.max_attempts
-        stmt = (
-            update(todos)
-            .where(todos.c.id.in_(pick), todos.c.status == "claimed", todos.c.lease_expires_at < ms(now))
-            .values(
-                status=case((give_up, "dead"), else_="pending"),
-                lease_expires_at=None,
-                last_error=case((give_up, "lease expired on the last attempt"), else_=todos.c.last_error),
-                updated_at=ms(now),
-            )
-            .returning(*_MOVED)
-        )
-        return await self._sweep(stmt, now, "lease_expired")
-
-    async def requeue_due_retries(self, limit: int = 500) -> list[Transition]:
-        """The retry scheduler: failed todos whose retry is due go back to pending."""
-        now = self.clock.now()
-        pick = (
-            select(todos.c.id)
-            .where(todos.c.status == "failed", todos.c.retry_at <= ms(now))
-            .order_by(todos.c.retry_at)
-            .limit(limit)
-            .with_for_update(skip_locked=True)
-        )
-        stmt = (
-            update(todos)
-            .where(todos.c.id.in_(pick), todos.c.status == "failed", todos.c.retry_at <= ms(now))
-            .values(status="pending", retry_at=None, updated_at=ms(now))
-            .returning(*_MOVED)
-        )
-        return await self._sweep(stmt, now, "retry_due")
-
-    async def _sweep(self, stmt: Any, now: float, reason: str) -> list[Transition]:
-        async with self.db.begin() as conn:
-            rows = (await conn.execute(stmt)).all()
-            # The requeue path re-applies the sender gate to exactly the rows it moved (SPEC-0024 REQ-6):
-            # _transition evaluates sender_gate() on each returned row.
-            transitions = [
-                self._transition(row, "requeued" if row.status == "pending" else "dead", reason, now)
-                for row in rows
-            ]
-            await self._commit(conn, transitions)
-        self.hub.publish(transitions)
-        return transitions
-
-    # -- reads -------------------------------------------------------------------------------------
-
-    async def get(self, endpoint_id: str, todo: str) -> Row[Any] | None:
-        async with self.db.read() as conn:
-            stmt = select(todos).where(todos.c.id == todo, todos.c.endpoint_id == endpoint_id)
-            return (await conn.execute(stmt)).first()
-
-    async def list_for_endpoint(
-        self,
-        endpoint_id: str,
-        *,
-        statuses: Sequence[str] | None = None,
-        queues: Sequence[str] | None = None,
-        limit: int = 50,
-        before: str | None = None,
-    ) -> list[Row[Any]]:
-        stmt = select(todos).where(todos.c.endpoint_id == endpoint_id)
-        if statuses:
-            stmt = stmt.where(todos.c.status.in_(statuses))
-        if queues is not None:
-            stmt = stmt.where(todos.c.queue.in_(queues))
-        if before:
-            stmt = stmt.where(todos.c.id < before)
-        stmt = stmt.order_by(todos.c.id.desc()).limit(limit)
-        async with self.db.read() as conn:
-            return list((await conn.execute(stmt)).all())
-
-    async def pending_summary(
-        self, endpoint_id: str, queues: Sequence[str]
-    ) -> tuple[int, list[str], int | None]:
-        """Push-eligible pending todos: (count, queues that have some, oldest created_at ms)."""
-        if not queues:
-            return 0, [], None
-        stmt = (
-            select(todos.c.queue, func.count(), func.min(todos.c.created_at))
-            .where(
-                todos.c.endpoint_id == endpoint_id,
-                todos.c.status == "pending",
-                todos.c.queue.in_(queues),
-                (todos.c.verified | todos.c.via_token),
-                todos.c.self_test.is_(False),
-                todos.c.quarantined.is_(False),
-            )
-            .group_by(todos.c.queue)
-        )
-        async with self.db.read() as conn:
-            rows = (await conn.execute(stmt)).all()
-        total = sum(int(r[1]) for r in rows)
-        oldest = min((int(r[2]) for r in rows), default=None)
-        return total, sorted(str(r[0]) for r in rows), oldest
-
-    async def queue_overview(
-        self, endpoint_id: str, queues: Sequence[str], next_limit: int = 10
-    ) -> tuple[dict[str, dict[str, int]], list[str]]:
-        """An endpoint's todos on ``queues``: counts by queue and status, and the ids ``claim_next``
-        would take next (oldest pending first, in its order). For MCP ``resources/read``."""
-        if not queues:
-            return {}, []
-        where = (todos.c.endpoint_id == endpoint_id, todos.c.queue.in_(queues))
-        counts_stmt = (
-            select(todos.c.queue, todos.c.status, func.count())
-            .where(*where)
-            .group_by(todos.c.queue, todos.c.status)
-        )
-        next_stmt = (
-            select(todos.c.id)
-            .where(*where, todos.c.status == "pending")
-            .order_by(todos.c.created_at, todos.c.id)
-            .limit(next_limit)
-        )
-        async with self.db.read() as conn:
-            rows = (await conn.execute(counts_stmt)).all()
-            next_ids = [str(r[0]) for r in (await conn.execute(next_stmt)).all()]
-        counts: dict[str, dict[str, int]] = {}
-        for queue, status, n in rows:
-            counts.setdefault(str(queue), {})[str(status)] = int(n)
-        return counts, next_ids
 
 
 def _claimed(now: float, lease_seconds: float) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""MCP OAuth SQL, in one place: registered clients, authorization codes, grants and tokens.
+"""MCP OAuth SQL: authorization codes, grants and tokens (registered clients: :mod:`.oauth_clients`).
 
 * Codes and tokens are 256-bit random values stored as SHA-256; the clear value exists only in the
   response that hands it out.
@@ -24,6 +24,7 @@ from switchboard.ids import new_id
 from switchboard.store.db import Database
 from switchboard.store.schema import endpoints
 from switchboard.store.schema_web import oauth_clients, oauth_codes, oauth_grants, oauth_tokens
+from switchboard.web.oauth_clients import OAuthClients
 from switchboard.web.store import hash_id
 
 ACCESS = "access"
@@ -32,10 +33,6 @@ ACCESS_PREFIX = "sboa_"
 REFRESH_PREFIX = "sbor_"
 CODE_PREFIX = "sboc_"
 UNUSED_CLIENT_SECONDS = 24 * 3600  # a registration that never led to a grant is dropped after a day
-
-
-def _secret_aad(client_id: str) -> str:
-    return f"oauth_clients:{client_id}:secret"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,41 +69,14 @@ class IssuedPair:
     access_expires_at: int
 
 
-class OAuthStore:
+class OAuthStore(OAuthClients):
+    """Clients (registration and lookup, in :class:`OAuthClients`), codes, grants and tokens."""
+
     def __init__(
         self, db: Database, envelope: Envelope, clock: Clock, *, access_seconds: float, refresh_seconds: float
     ) -> None:
         self.db, self.envelope, self.clock = db, envelope, clock
         self.access_seconds, self.refresh_seconds = access_seconds, refresh_seconds
-
-    # -- clients --------------------------------------------------------------------------------
-
-    async def create_client(
-        self, client_id: str, name: str | None, info: dict[str, Any], secret: str | None
-    ) -> None:
-        async with self.db.begin() as conn:
-            await conn.execute(
-                insert(oauth_clients).values(
-                    id=client_id,
-                    client_name=name,
-                    info=json.dumps(info, separators=(",", ":")),
-                    secret_enc=None if secret is None else self.envelope.seal(secret, _secret_aad(client_id)),
-                    created_at=ms(self.clock.now()),
-                )
-            )
-
-    async def client(self, client_id: str) -> tuple[dict[str, Any], str | None] | None:
-        """The registration record and its opened secret (the SDK's authenticator compares it)."""
-        if not client_id or len(client_id) > 64:
-            return None
-        async with self.db.read() as conn:
-            row = (await conn.execute(select(oauth_clients).where(oauth_clients.c.id == client_id))).first()
-        if row is None:
-            return None
-        secret = (
-            None if row.secret_enc is None else self.envelope.open(row.secret_enc, _secret_aad(client_id))
-        )
-        return json.loads(row.info), secret
 
     # -- codes ----------------------------------------------------------------------------------
 

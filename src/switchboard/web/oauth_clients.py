@@ -1,0 +1,59 @@
+"""MCP OAuth dynamic client registration: store a registered client and look it up. The client
+secret is sealed with the server's envelope key, bound to the client id.
+
+:class:`switchboard.web.oauth_store.OAuthStore` inherits this; split out to keep each part small
+(issue 16).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import insert, select
+
+from switchboard.clock import Clock, ms
+from switchboard.cred import Envelope
+from switchboard.store.db import Database
+from switchboard.store.schema_web import oauth_clients
+
+
+def _secret_aad(client_id: str) -> str:
+    return f"oauth_clients:{client_id}:secret"
+
+
+class OAuthClients:
+    """Registered OAuth clients; :class:`switchboard.web.oauth_store.OAuthStore` sets these fields."""
+
+    db: Database
+    envelope: Envelope
+    clock: Clock
+
+    # -- clients --------------------------------------------------------------------------------
+
+    async def create_client(
+        self, client_id: str, name: str | None, info: dict[str, Any], secret: str | None
+    ) -> None:
+        async with self.db.begin() as conn:
+            await conn.execute(
+                insert(oauth_clients).values(
+                    id=client_id,
+                    client_name=name,
+                    info=json.dumps(info, separators=(",", ":")),
+                    secret_enc=None if secret is None else self.envelope.seal(secret, _secret_aad(client_id)),
+                    created_at=ms(self.clock.now()),
+                )
+            )
+
+    async def client(self, client_id: str) -> tuple[dict[str, Any], str | None] | None:
+        """The registration record and its opened secret (the SDK's authenticator compares it)."""
+        if not client_id or len(client_id) > 64:
+            return None
+        async with self.db.read() as conn:
+            row = (await conn.execute(select(oauth_clients).where(oauth_clients.c.id == client_id))).first()
+        if row is None:
+            return None
+        secret = (
+            None if row.secret_enc is None else self.envelope.open(row.secret_enc, _secret_aad(client_id))
+        )
+        return json.loads(row.info), secret
