@@ -9,6 +9,9 @@
   hook at its 10th failure in a row (REQ-8).
 * The dispatch path's statements (matching, ``sendable``, the health fold) are built once, at import,
   with bound parameters: per call they are only executed, never rebuilt and cache-keyed again.
+
+The values it reads and writes (:class:`Hook`, :class:`HealthFold`, ...) live in
+:mod:`switchboard.notify.hook_model` and are importable from here too.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
@@ -24,7 +26,6 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Integer,
-    Row,
     String,
     and_,
     bindparam,
@@ -44,141 +45,39 @@ from switchboard.clock import Clock, ms
 from switchboard.cred import Envelope
 from switchboard.ids import looks_like, new_id
 from switchboard.notify.errors import CeilingExceeded, HookNotFound
+from switchboard.notify.hook_model import (
+    AUTOMATIC_DISABLES,
+    DISABLE_AFTER,
+    HUMAN_DISABLE,
+    NOTIFICATION_IDS_LOGGED,
+    EndpointHooks,
+    HealthFold,
+    HealthOutcome,
+    Hook,
+    MatchedHook,
+    SendableHook,
+)
 from switchboard.push import mint_secret, redact_url
 from switchboard.store.accounts import Endpoint
 from switchboard.store.db import Database
 from switchboard.store.schema import endpoints, notify_hooks
 
-DISABLE_AFTER = 10
-#: Who disabled a hook, as ``disabled_reason`` records it, and so who may undo it (REQ-8, REQ-10):
-#: the endpoint's rotate_notify_hook re-enables only an automatic disable; the owning human's
-#: re-enable from the endpoint card lifts either.
-HUMAN_DISABLE = "operator"
-AUTOMATIC_DISABLES = frozenset({"consecutive_failures"})
-NOTIFICATION_IDS_LOGGED = 32  # a fold's health-write failure names at most this many notification ids
-
-
-@dataclass(frozen=True, slots=True)
-class Hook:
-    id: str
-    endpoint_id: str
-    url_display: str
-    queues: tuple[str, ...]
-    ignore_presence: bool
-    enabled: bool
-    last_attempt_at: int | None
-    last_status: int | None
-    last_error: str | None
-    consecutive_failures: int
-    disabled_reason: str | None
-    disabled_at: int | None
-    created_at: int
-    rotating_until: int | None
-
-    @classmethod
-    def from_row(cls, row: Row[Any]) -> Hook:
-        return cls(
-            id=row.id,
-            endpoint_id=row.endpoint_id,
-            url_display=row.url_display,
-            queues=tuple(json.loads(row.queues)),
-            ignore_presence=bool(row.ignore_presence),
-            enabled=bool(row.enabled),
-            last_attempt_at=row.last_attempt_at,
-            last_status=row.last_status,
-            last_error=row.last_error,
-            consecutive_failures=int(row.consecutive_failures),
-            disabled_reason=row.disabled_reason,
-            disabled_at=row.disabled_at,
-            created_at=row.created_at,
-            rotating_until=row.prev_secret_expires_at,
-        )
-
-    def effective_queues(self, scope_queues: Sequence[str]) -> list[str]:
-        """REQ-1: the hook's queues intersected with what the scope grants now; [] means all of them."""
-        if not self.queues:
-            return sorted(scope_queues)
-        return sorted(set(self.queues) & set(scope_queues))
-
-
-@dataclass(frozen=True, slots=True)
-class MatchedHook:
-    """One enabled hook as matching reads it: its row, and its URL still sealed (opened only on a match)."""
-
-    hook: Hook
-    url_sealed: bytes = field(repr=False)
-
-
-@dataclass(frozen=True, slots=True)
-class EndpointHooks:
-    """Matching's view of one endpoint, read in the same statement as its enabled hooks."""
-
-    endpoint: Endpoint  # scope (queues), presence, owner, slug: as they are at fire time
-    hooks: tuple[MatchedHook, ...]  # ordered by hook id
-
-
-@dataclass(frozen=True, slots=True)
-class SendableHook:
-    """What one attempt needs, read fresh right before it starts."""
-
-    id: str
-    url: str = field(repr=False)
-    secrets: tuple[str, ...] = field(repr=False)  # newest first; two during a rotation grace
-    consecutive_failures: int = 0  # as stored: outcomes not yet written are the dispatcher's to add
-
-
-@dataclass(frozen=True, slots=True)
-class HealthOutcome:
-    consecutive_failures: int
-    disabled_now: bool
-    disabled_at: int | None = None
-
-
-@dataclass(slots=True)
-class HealthFold:
-    """The ordered outcomes of one hook's deliveries since its health was last written, folded so that
-    one statement applies them as if each had been written in turn (REQ-8): a delivered notification
-    resets the streak to 0, a failed one adds 1, the streak reaching 10 on an enabled hook disables it,
-    and the last outcome sets ``last_status``, ``last_error`` and ``last_attempt_at``."""
-
-    lead: int = 0  # failed deliveries before the first delivered one (all of them when none was)
-    reset: bool = False  # some delivery succeeded: the stored streak no longer counts
-    run: int = 0  # failed deliveries after the last delivered one: the streak after this fold
-    peak: int = 0  # the longest run of failed deliveries after a delivered one
-    failures: int = 0
-    outcomes: int = 0
-    status: int | None = None
-    error: str | None = None
-    at: int = 0
-    notification_ids: list[str] = field(default_factory=list)
-
-    def delivered(self, status: int, at: int, notification_id: str) -> None:
-        self.reset, self.run = True, 0
-        self._last(status, None, at, notification_id)
-
-    def failed(self, status: int | None, error: str, at: int, notification_id: str) -> None:
-        self.failures += 1
-        if self.reset:
-            self.run += 1
-            self.peak = max(self.peak, self.run)
-        else:
-            self.lead += 1
-        self._last(status, error, at, notification_id)
-
-    def _last(self, status: int | None, error: str | None, at: int, notification_id: str) -> None:
-        self.outcomes += 1
-        self.status, self.error, self.at = status, error, at
-        self.notification_ids.append(notification_id)
-        if len(self.notification_ids) > NOTIFICATION_IDS_LOGGED:
-            del self.notification_ids[0]
-
-    def trips(self, streak: int) -> bool:
-        """Would this fold, applied to an enabled hook whose stored streak is ``streak``, disable it?"""
-        return self.failures > 0 and (streak + self.lead >= DISABLE_AFTER or self.peak >= DISABLE_AFTER)
-
-    def after(self, streak: int) -> int:
-        """The streak once this fold is applied to ``streak``."""
-        return self.run if self.reset else streak + self.lead
+__all__ = [
+    "AUTOMATIC_DISABLES",
+    "DISABLE_AFTER",
+    "FOLDS_PER_STATEMENT",
+    "FOLD_STATEMENT_SIZES",
+    "HUMAN_DISABLE",
+    "NOTIFICATION_IDS_LOGGED",
+    "EndpointHooks",
+    "HealthFold",
+    "HealthOutcome",
+    "Hook",
+    "HookHealth",
+    "HookStore",
+    "MatchedHook",
+    "SendableHook",
+]
 
 
 def _aad(hook_id: str, field: str) -> str:
@@ -270,10 +169,101 @@ def _folds_statement(rows: int) -> Any:
     )
 
 
-class HookStore:
+class HookHealth:
+    """The hook row's health writes (REQ-8): what deliveries report, apart from the reads and the
+    endpoint's own changes (:class:`HookStore`)."""
+
     def __init__(self, db: Database, envelope: Envelope, clock: Clock, *, grace_seconds: float) -> None:
         self.db, self.envelope, self.clock = db, envelope, clock
         self.grace_seconds = grace_seconds
+
+    async def record_attempt(self, hook_id: str, status: int | None, error: str | None) -> None:
+        """A non-final attempt: health fields only, the failure streak moves once per delivery."""
+        async with self.db.begin() as conn:
+            await conn.execute(
+                update(notify_hooks)
+                .where(notify_hooks.c.id == hook_id)
+                .values(last_attempt_at=ms(self.clock.now()), last_status=status, last_error=error)
+            )
+
+    async def record_delivered(self, hook_id: str, status: int, at_ms: int | None = None) -> None:
+        fold = HealthFold()
+        fold.delivered(status, at_ms if at_ms is not None else ms(self.clock.now()), "")
+        await self.record_outcomes(hook_id, fold)
+
+    async def record_failed(self, hook_id: str, status: int | None, error: str) -> HealthOutcome | None:
+        """One failed delivery, written at once (the dispatcher folds them: :meth:`record_outcomes`)."""
+        fold = HealthFold()
+        fold.failed(status, error, ms(self.clock.now()), "")
+        return await self.record_outcomes(hook_id, fold)
+
+    async def record_outcomes(
+        self, hook_id: str, fold: HealthFold, *, disabled_at: int | None = None
+    ) -> HealthOutcome | None:
+        """One hook's fold: :meth:`record_many` with one entry."""
+        stamp = fold.at if disabled_at is None else disabled_at
+        return (await self.record_many([(hook_id, fold, stamp)]))[hook_id]
+
+    async def record_many(
+        self, folds: Sequence[tuple[str, HealthFold, int]]
+    ) -> dict[str, HealthOutcome | None]:
+        """Apply each hook's ``fold`` to its row, with one statement per 100 hooks:
+        streak, last status, error and attempt time, and at the 10th failure in a row on an enabled hook,
+        the disable (REQ-8). ``None`` for a hook that no longer exists.
+
+        Each entry's stamp is what a disable writes, and how this call knows it was the one that
+        disabled: the caller passes a value no earlier disable of this hook that it has seen carries
+        (the dispatcher keeps them), so ``disabled_now`` is true once per disable even when the clock
+        stands still."""
+        if any(fold.outcomes == 0 for _, fold, _ in folds):
+            raise ValueError("an empty fold writes nothing")
+        if len({hook_id for hook_id, _, _ in folds}) != len(folds):
+            raise ValueError("one fold per hook")
+        rows = [
+            {
+                "hook_id": hook_id,
+                "lead": fold.lead,
+                "run": fold.run,
+                "reset": fold.reset,
+                "peak_trips": fold.peak >= DISABLE_AFTER,
+                "at": fold.at,
+                "status": fold.status,
+                "error": fold.error,
+                "disabled_at": stamp,
+            }
+            for hook_id, fold, stamp in folds
+        ]
+        # hook id -> (streak, enabled, disabled_reason, disabled_at) as stored after the write
+        stored: dict[str, tuple[Any, ...]] = {}
+        for start in range(0, len(rows), FOLDS_PER_STATEMENT):
+            # each statement its own short transaction: the rows are independent (Database.write_returning)
+            chunk = rows[start : start + FOLDS_PER_STATEMENT]
+            params = {f"{name}_{i}": row[name] for i, row in enumerate(chunk) for name, _ in _FOLD_COLUMNS}
+            size = next(n for n in FOLD_STATEMENT_SIZES if n >= len(chunk))
+            for hook_id, *state in await self.db.write_returning(_folds_statement(size), params):
+                stored[hook_id] = tuple(state)
+        out: dict[str, HealthOutcome | None] = {}
+        for hook_id, fold, stamp in folds:
+            found = stored.get(hook_id)
+            if found is None:
+                out[hook_id] = None
+                continue
+            streak, enabled, reason, disabled_at = int(found[0]), bool(found[1]), found[2], found[3]
+            disabled_now = (
+                fold.failures > 0
+                and not enabled
+                and reason == "consecutive_failures"
+                and disabled_at == stamp
+                # without a success in the fold, the streak before it is known: it must have been below 10
+                and (fold.reset or streak - fold.lead < DISABLE_AFTER)
+            )
+            out[hook_id] = HealthOutcome(streak, disabled_now, disabled_at)
+        return out
+
+
+class HookStore(HookHealth):
+    """Everything else on ``notify_hooks``: the endpoint's create, rotate and delete, the owner's
+    disable, and the dispatcher's reads (matching, ``sendable``)."""
 
     async def create(
         self, endpoint_id: str, url: str, queues: Sequence[str], ignore_presence: bool, ceiling: int
@@ -494,86 +484,3 @@ class HookStore:
                 .values(prev_secret_enc=None, prev_secret_expires_at=None)
             )
         return int(result.rowcount or 0)
-
-    async def record_attempt(self, hook_id: str, status: int | None, error: str | None) -> None:
-        """A non-final attempt: health fields only, the failure streak moves once per delivery."""
-        async with self.db.begin() as conn:
-            await conn.execute(
-                update(notify_hooks)
-                .where(notify_hooks.c.id == hook_id)
-                .values(last_attempt_at=ms(self.clock.now()), last_status=status, last_error=error)
-            )
-
-    async def record_delivered(self, hook_id: str, status: int, at_ms: int | None = None) -> None:
-        fold = HealthFold()
-        fold.delivered(status, at_ms if at_ms is not None else ms(self.clock.now()), "")
-        await self.record_outcomes(hook_id, fold)
-
-    async def record_failed(self, hook_id: str, status: int | None, error: str) -> HealthOutcome | None:
-        """One failed delivery, written at once (the dispatcher folds them: :meth:`record_outcomes`)."""
-        fold = HealthFold()
-        fold.failed(status, error, ms(self.clock.now()), "")
-        return await self.record_outcomes(hook_id, fold)
-
-    async def record_outcomes(
-        self, hook_id: str, fold: HealthFold, *, disabled_at: int | None = None
-    ) -> HealthOutcome | None:
-        """One hook's fold: :meth:`record_many` with one entry."""
-        stamp = fold.at if disabled_at is None else disabled_at
-        return (await self.record_many([(hook_id, fold, stamp)]))[hook_id]
-
-    async def record_many(
-        self, folds: Sequence[tuple[str, HealthFold, int]]
-    ) -> dict[str, HealthOutcome | None]:
-        """Apply each hook's ``fold`` to its row, with one statement per 100 hooks:
-        streak, last status, error and attempt time, and at the 10th failure in a row on an enabled hook,
-        the disable (REQ-8). ``None`` for a hook that no longer exists.
-
-        Each entry's stamp is what a disable writes, and how this call knows it was the one that
-        disabled: the caller passes a value no earlier disable of this hook that it has seen carries
-        (the dispatcher keeps them), so ``disabled_now`` is true once per disable even when the clock
-        stands still."""
-        if any(fold.outcomes == 0 for _, fold, _ in folds):
-            raise ValueError("an empty fold writes nothing")
-        if len({hook_id for hook_id, _, _ in folds}) != len(folds):
-            raise ValueError("one fold per hook")
-        rows = [
-            {
-                "hook_id": hook_id,
-                "lead": fold.lead,
-                "run": fold.run,
-                "reset": fold.reset,
-                "peak_trips": fold.peak >= DISABLE_AFTER,
-                "at": fold.at,
-                "status": fold.status,
-                "error": fold.error,
-                "disabled_at": stamp,
-            }
-            for hook_id, fold, stamp in folds
-        ]
-        # hook id -> (streak, enabled, disabled_reason, disabled_at) as stored after the write
-        stored: dict[str, tuple[Any, ...]] = {}
-        for start in range(0, len(rows), FOLDS_PER_STATEMENT):
-            # each statement its own short transaction: the rows are independent (Database.write_returning)
-            chunk = rows[start : start + FOLDS_PER_STATEMENT]
-            params = {f"{name}_{i}": row[name] for i, row in enumerate(chunk) for name, _ in _FOLD_COLUMNS}
-            size = next(n for n in FOLD_STATEMENT_SIZES if n >= len(chunk))
-            for hook_id, *state in await self.db.write_returning(_folds_statement(size), params):
-                stored[hook_id] = tuple(state)
-        out: dict[str, HealthOutcome | None] = {}
-        for hook_id, fold, stamp in folds:
-            found = stored.get(hook_id)
-            if found is None:
-                out[hook_id] = None
-                continue
-            streak, enabled, reason, disabled_at = int(found[0]), bool(found[1]), found[2], found[3]
-            disabled_now = (
-                fold.failures > 0
-                and not enabled
-                and reason == "consecutive_failures"
-                and disabled_at == stamp
-                # without a success in the fold, the streak before it is known: it must have been below 10
-                and (fold.reset or streak - fold.lead < DISABLE_AFTER)
-            )
-            out[hook_id] = HealthOutcome(streak, disabled_now, disabled_at)
-        return out
