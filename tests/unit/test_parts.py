@@ -21,9 +21,6 @@ NOT_SPLIT_YET = {
     # the hook aggregate's SQL; issue 16 item 5 gathers each aggregate's SQL in one module of its own
     "notify/store.py": "hook SQL, item 5",  # 579 lines when this list was written
     "notify/store.py:HookStore": "hook SQL, item 5",  # 307
-    # the A2A JSON-RPC method table: not part of delivery, and not in this branch's files
-    "a2a/handler.py": "A2A request handler",  # 553
-    "a2a/handler.py:Handler": "A2A request handler",  # 388
 }
 
 
