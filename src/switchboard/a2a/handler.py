@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
-import re
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, Final, TypeVar
 
@@ -50,49 +48,40 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 from a2a.utils.proto_utils import validate_proto_required_fields
-from google.protobuf.json_format import MessageToDict
 
 from switchboard.a2a import errors
-from switchboard.a2a.config_types import ConfigInput
-from switchboard.a2a.configs import ConfigStore, parse_config
+from switchboard.a2a.config_calls import MAX_PAGE, ConfigCalls
+from switchboard.a2a.configs import ConfigStore
 from switchboard.a2a.errors import ConfigRefused
-from switchboard.a2a.fanout import writes_task
 from switchboard.a2a.gate import caller
-from switchboard.a2a.settings import default_queue
+from switchboard.a2a.send import Sender, history_length
 from switchboard.a2a.stream import SCOPE_KEY as SSE_IDS_KEY
 from switchboard.a2a.stream import EventIds, events_of, is_terminal, last_event_id
-from switchboard.a2a.tasks import A2A_KIND, A2A_SOURCE, SendIntent, TaskStore
+from switchboard.a2a.tasks import TaskStore
 from switchboard.a2a.turns import Turns
 from switchboard.a2a.views import (
     STATUSES_OF_STATE,
     TERMINAL_STATUSES,
     TaskRecord,
-    config_view,
-    message_to_json,
     state_name,
     task_view,
 )
 from switchboard.a2a.waiter import TaskWaiter
-from switchboard.ids import looks_like, new_id
+from switchboard.ids import looks_like
 from switchboard.obs.logs import get_logger
 from switchboard.push import Validator
 from switchboard.services import Services
-from switchboard.store.accounts import QUEUE, SLUG, Endpoint
-from switchboard.store.errors import Conflict, StoreUnavailable
-from switchboard.store.todos import NewTodo
-from switchboard.text import storable, summary
+from switchboard.store.accounts import Endpoint
+from switchboard.store.errors import StoreUnavailable
 
 log = get_logger("switchboard.a2a")
 
-_CONTEXT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
-MAX_MESSAGE_ID: Final = 255
 # Interrupted states a ListTasks filter may name: input-required (a worker's MCP ask) matches the
 # tasks waiting for their sender; auth-required and rejected are valid and match nothing.
 INTERRUPTED_STATES: Final = frozenset(
     {TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED, TaskState.TASK_STATE_REJECTED}
 )
 DEFAULT_PAGE: Final = 50
-MAX_PAGE: Final = 100
 _CODES: Final[dict[type[A2AError], str]] = {
     TaskNotFoundError: "task_not_found",
     TaskNotCancelableError: "not_cancelable",
@@ -148,12 +137,22 @@ class Handler(RequestHandler):
         ceiling: int,
     ) -> None:
         self.services = services
-        self.tasks, self.configs, self.validator = tasks, configs, validator
-        self.push_enabled = push_enabled
-        self.ceiling = ceiling
+        self.tasks, self.configs = tasks, configs
+        self.calls = ConfigCalls(
+            configs=configs, validator=validator, push_enabled=push_enabled, ceiling=ceiling, own=self._own
+        )
+        self.sender = Sender(services, tasks=tasks, configs=configs, calls=self.calls, own=self._own)
         self.waiter: TaskWaiter | None = None  # set by the component
-        self.turns: Turns | None = None  # set by the component (input-required and back)
         self.send_wait = 0.0  # SWITCHBOARD_A2A_SEND_WAIT_SECONDS
+
+    @property
+    def turns(self) -> Turns | None:
+        """Set by the component (input-required and back); a follow-up turn answers the worker's ask."""
+        return self.sender.turns
+
+    @turns.setter
+    def turns(self, turns: Turns | None) -> None:
+        self.sender.turns = turns
 
     def _count(self, method: str, code: str) -> None:
         from switchboard.a2a.auth import METHOD_VERBS
@@ -172,89 +171,8 @@ class Handler(RequestHandler):
     @surface
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
         endpoint = caller(context)
-        record = await self._send(endpoint, params)
+        record = await self.sender.send(endpoint, params)
         return await self._answer(endpoint, record, params)
-
-    async def _send(self, endpoint: Endpoint, params: SendMessageRequest) -> TaskRecord:
-        """Create the message's task, or find the one a resend of the same messageId created."""
-        message = params.message
-        _history(params.configuration.history_length, params.configuration.HasField("history_length"))
-        if not message.parts:
-            raise errors.invalid("message.parts must not be empty")
-        if len(message.message_id) > MAX_MESSAGE_ID:
-            raise errors.invalid(f"message.messageId must be at most {MAX_MESSAGE_ID} characters")
-        if message.task_id:
-            return await self._follow_up(endpoint, message)
-        first = await self._resent(endpoint, message.message_id)
-        if first is not None:  # a resend (a retry after a timeout, say): the first task, not a new one
-            return first
-        meta = {**MessageToDict(params.metadata), **MessageToDict(message.metadata)}
-        queue, target = await self._target(endpoint, meta)
-        inline = await self._inline_config(params)
-        context_id = message.context_id or new_id("ctx")
-        if not _CONTEXT_ID.fullmatch(context_id):
-            raise errors.invalid("message.contextId must be 1-128 letters, digits, '.', '_', ':' or '-'")
-        stored = Message()
-        stored.CopyFrom(message)
-        stored.context_id = context_id
-        stored_json = storable(message_to_json(stored))
-        intent = SendIntent(endpoint.id, context_id, stored_json, inline, message.message_id or None)
-        todo = NewTodo(
-            endpoint_id=target.id,
-            queue=queue,
-            title=_title(message, endpoint.slug),
-            payload={
-                "a2a": {
-                    "from": endpoint.slug,
-                    "context_id": context_id,
-                    "message": json.loads(stored_json),
-                }
-            },
-            kind=A2A_KIND,
-            source=A2A_SOURCE,
-            verified=True,  # an authenticated endpoint sent it: the worker's doorbell may ring
-        )
-        try:
-            created = await self.services.todos.create(
-                [todo], in_transaction=writes_task(self.configs, intent)
-            )
-        except Conflict:
-            # The same messageId sent twice at once: the other call's task committed first (the
-            # unique (owner, messageId) index refused this one; nothing of it is stored).
-            again = await self._resent(endpoint, message.message_id)
-            if again is None:
-                raise
-            return again
-        return await self._own(endpoint, created.created[0])
-
-    async def _follow_up(self, endpoint: Endpoint, message: Message) -> TaskRecord:
-        """A follow-up turn: appended to the caller's task (history and the todo's payload)."""
-        record = await self._own(endpoint, message.task_id)
-        if message.context_id and message.context_id != record.context_id:
-            raise errors.invalid("message.contextId must be the task's contextId")
-        stored = Message()
-        stored.CopyFrom(message)
-        stored.context_id = record.context_id
-        outcome = await self.tasks.append_followup(
-            endpoint.id,
-            record.id,
-            json.loads(storable(message_to_json(stored))),
-            TERMINAL_STATUSES,
-            on_answer=self.turns.answered(record.id) if self.turns is not None else None,
-        )
-        if outcome == "appended" and self.turns is not None:
-            self.turns.committed(record.id)
-        if outcome == "missing":
-            raise errors.task_not_found()
-        if outcome == "terminal":
-            raise errors.unsupported(
-                f"the task is {state_name(record.status)} and accepts no more messages: send a new "
-                "message (with the same contextId to continue the conversation)"
-            )
-        return await self._own(endpoint, record.id)
-
-    async def _resent(self, endpoint: Endpoint, message_id: str) -> TaskRecord | None:
-        return await self.tasks.by_message_id(endpoint.id, message_id) if message_id else None
 
     async def _answer(self, endpoint: Endpoint, record: TaskRecord, params: SendMessageRequest) -> Task:
         if not params.configuration.return_immediately and self.waiter is not None and self.send_wait > 0:
@@ -265,68 +183,19 @@ class Handler(RequestHandler):
                 record = await self.waiter.wait(endpoint.id, record.id, self.send_wait) or record
         return task_view(
             record,
-            history=_history(
+            history=history_length(
                 params.configuration.history_length, params.configuration.HasField("history_length")
             ),
         )
-
-    async def _target(self, sender: Endpoint, meta: dict[str, Any]) -> tuple[str, Endpoint]:
-        """The queue the message names and the endpoint that will work it (docs/a2a.md, "Sending")."""
-        queue = meta.get("queue")
-        if queue is None:  # a generic A2A client: the sender's default A2A queue (settings.py)
-            queue = await default_queue(self.services, sender)
-            if queue is None:
-                raise errors.invalid(
-                    "message.metadata.queue is missing and this endpoint has no default A2A queue"
-                )
-        if not isinstance(queue, str) or not QUEUE.fullmatch(queue):
-            raise errors.invalid(
-                "message.metadata.queue must name a queue (lower-case letters, digits, '.', '_' or '-')"
-            )
-        slug = meta.get("endpoint")
-        if slug is not None:
-            if not isinstance(slug, str) or not SLUG.fullmatch(slug):
-                raise errors.invalid("message.metadata.endpoint must be an endpoint slug")
-            target = await self.services.accounts.endpoint_by_slug(slug)
-            if target is None or target.human_id != sender.human_id:
-                raise errors.invalid("no endpoint of yours by that name")
-            if queue not in target.queues:
-                raise errors.invalid("that endpoint does not drain that queue")
-            return queue, target
-        drains = [
-            e for e in await self.services.accounts.list_endpoints(sender.human_id) if queue in e.queues
-        ]
-        if not drains:
-            raise errors.invalid("none of your endpoints drains that queue")
-        if len(drains) > 1:
-            raise errors.invalid(
-                "several of your endpoints drain that queue: name one in message.metadata.endpoint"
-            )
-        return queue, drains[0]
-
-    async def _inline_config(self, params: SendMessageRequest) -> ConfigInput | None:
-        if not params.configuration.HasField("task_push_notification_config"):
-            return None
-        if not self.push_enabled:
-            raise errors.push_not_supported()
-        if self.ceiling < 1:
-            raise errors.ceiling_exceeded(self.ceiling)
-        item = await _parse(
-            self.validator, params.configuration.task_push_notification_config, allow_mint=False
-        )
-        if item.keeps:
-            raise errors.invalid(
-                "an inline config cannot carry the '[redacted]' placeholder: there is no stored config "
-                "to keep a value of; send the real value"
-            )
-        return item
 
     @surface
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
         if params.HasField("history_length") and params.history_length < 0:
             raise errors.invalid("historyLength must not be negative")
         record = await self._own(caller(context), params.id)
-        return task_view(record, history=_history(params.history_length, params.HasField("history_length")))
+        return task_view(
+            record, history=history_length(params.history_length, params.HasField("history_length"))
+        )
 
     @surface
     async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
@@ -360,7 +229,7 @@ class Handler(RequestHandler):
             limit=size,
             input_required=asking,
         )
-        history = _history(params.history_length, params.HasField("history_length"))
+        history = history_length(params.history_length, params.HasField("history_length"))
         return ListTasksResponse(
             tasks=[task_view(r, history=history) for r in records],
             next_page_token=records[-1].id if len(records) == size else "",
@@ -401,7 +270,7 @@ class Handler(RequestHandler):
 
     @surface
     async def _open_send(self, params: SendMessageRequest, context: ServerCallContext) -> TaskRecord:
-        return await self._send(caller(context), params)
+        return await self.sender.send(caller(context), params)
 
     @surface
     async def _open_subscribe(
@@ -451,105 +320,28 @@ class Handler(RequestHandler):
     ) -> AgentCard:
         raise ExtendedAgentCardNotConfiguredError("there is no extended agent card")
 
-    # -- push notification configs -----------------------------------------------------------------
-
-    async def _config_task(self, context: ServerCallContext, task_id: str) -> Endpoint:
-        """Push must be on (-32003 otherwise, A2A §3.3.4), and the task must be the caller's, checked
-        before any config is read (§13.1)."""
-        if not self.push_enabled:
-            raise errors.push_not_supported()
-        endpoint = caller(context)
-        await self._own(endpoint, task_id)
-        return endpoint
+    # -- push notification configs (config_calls.py) ------------------------------------------------
 
     @surface
     async def on_create_task_push_notification_config(
         self, params: TaskPushNotificationConfig, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        endpoint = await self._config_task(context, params.task_id)
-        if self.ceiling < 1:
-            raise errors.ceiling_exceeded(self.ceiling)
-        item = await _parse(self.validator, params, allow_mint=True)
-        view = await self.configs.upsert(endpoint.id, params.task_id, item, self.ceiling)
-        if view is None:
-            raise errors.task_not_found()
-        log.info(
-            "a2a push config stored",
-            endpoint_id=endpoint.id,
-            task_id=params.task_id,
-            config=view.config_id,
-            host=item.host,
-        )
-        return config_view(view, reveal=item.credentials if item.minted else None)
+        return await self.calls.create(params, context)
 
     @surface
     async def on_get_task_push_notification_config(
         self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        endpoint = await self._config_task(context, params.task_id)
-        view = await self.configs.get(endpoint.id, params.task_id, params.id)
-        if view is None:
-            raise errors.task_not_found(errors.CONFIG_NOT_FOUND)
-        return config_view(view)
+        return await self.calls.get(params, context)
 
     @surface
     async def on_list_task_push_notification_configs(
         self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
     ) -> ListTaskPushNotificationConfigsResponse:
-        endpoint = await self._config_task(context, params.task_id)
-        if params.page_size < 0 or params.page_size > MAX_PAGE:
-            raise errors.invalid(f"pageSize must be between 1 and {MAX_PAGE} (0 or unset: all)")
-        views = await self.configs.list_for_task(endpoint.id, params.task_id)
-        start = 0
-        if params.page_token:
-            ids = [v.config_id for v in views]
-            if params.page_token not in ids:
-                raise errors.invalid(
-                    "pageToken must be a nextPageToken from a previous ListTaskPushNotificationConfigs"
-                )
-            start = ids.index(params.page_token) + 1
-        size = params.page_size or len(views)
-        page = views[start : start + size]
-        more = start + size < len(views)
-        return ListTaskPushNotificationConfigsResponse(
-            configs=[config_view(v) for v in page],
-            next_page_token=page[-1].config_id if more and page else "",
-        )
+        return await self.calls.listing(params, context)
 
     @surface
     async def on_delete_task_push_notification_config(
         self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> None:
-        endpoint = await self._config_task(context, params.task_id)
-        if await self.configs.delete(endpoint.id, params.task_id, params.id):
-            log.info(
-                "a2a push config deleted", endpoint_id=endpoint.id, task_id=params.task_id, config=params.id
-            )
-
-
-async def _parse(
-    validator: Validator, params: TaskPushNotificationConfig, *, allow_mint: bool
-) -> ConfigInput:
-    auth = params.authentication if params.HasField("authentication") else None
-    return await parse_config(
-        validator,
-        config_id=params.id,
-        url=params.url,
-        token=params.token,
-        scheme=auth.scheme if auth is not None else None,
-        credentials=auth.credentials if auth is not None else "",
-        allow_mint=allow_mint,
-    )
-
-
-def _history(length: int, present: bool) -> int | None:
-    """``historyLength``: the most recent N messages (0: none); unset: all."""
-    if present and length < 0:
-        raise errors.invalid("historyLength must not be negative")
-    return length if present else None
-
-
-def _title(message: Message, sender_slug: str) -> str:
-    text = " ".join(part.text for part in message.parts if part.text)
-    title = summary(text) if text else ""
-    return title or f"A2A message from {sender_slug}"
+        await self.calls.delete(params, context)
