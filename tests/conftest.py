@@ -27,29 +27,31 @@ def pytest_configure(config: pytest.Config) -> None:
         root.setLevel(logging.INFO)
 
 
+# What pytest-xdist's workers found (filled in the controller only): lines scanned, and every leak.
+_worker_lines: list[int] = []
+_worker_leaks: list[tuple[str, str]] = []
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
     """pytest-xdist's controller: gather what each worker's secrecy scan found (see below)."""
     output = getattr(node, "workeroutput", {})
-    _WORKER_SCANS["lines"] += int(output.get("scanned_lines", 0))
-    _WORKER_SCANS["leaks"] += list(output.get("secret_leaks", []))
-
-
-_WORKER_SCANS: dict[str, Any] = {"lines": 0, "leaks": []}
+    _worker_lines.append(int(output.get("scanned_lines", 0)))
+    _worker_leaks.extend((str(needle), str(line)) for needle, line in output.get("secret_leaks", []))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Issue 8: no revealed secret or query-string canary in any log line of the whole run. Under
     pytest-xdist each worker scans its own lines and hands the result to the controller, which fails
     the run; a worker's own exit status would not reach it."""
-    found = [(needle, line) for needle, line in leaks(SCANNER.lines)]
+    found = leaks(SCANNER.lines)
     workeroutput = getattr(session.config, "workeroutput", None)
-    if workeroutput is not None:  # a pytest-xdist worker
+    if workeroutput is not None:  # a pytest-xdist worker: every leak, so the controller's count is true
         workeroutput["scanned_lines"] = len(SCANNER.lines)
-        workeroutput["secret_leaks"] = found[:20]
+        workeroutput["secret_leaks"] = found
         return
-    found += [tuple(pair) for pair in _WORKER_SCANS["leaks"]]
-    scanned = len(SCANNER.lines) + _WORKER_SCANS["lines"]
+    found += _worker_leaks
+    scanned = len(SCANNER.lines) + sum(_worker_lines)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if found:
         if reporter is not None:
