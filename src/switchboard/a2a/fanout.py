@@ -28,6 +28,7 @@ from switchboard.a2a import outbox, tasks
 from switchboard.a2a.configs import ConfigStore
 from switchboard.a2a.views import TERMINAL_TRANSITIONS, PushEvent, push_body
 from switchboard.clock import ms
+from switchboard.store import todo_queries
 from switchboard.store.transitions import InTxHandler, Transition
 
 
@@ -64,7 +65,7 @@ class Fanout:
         if t.transition == "claimed":
             await tasks.mark_claim(conn, t.todo_id)
         targets = await self.configs.targets_in(conn, t.todo_id)
-        result, last_error = await tasks.todo_outcome(conn, t.todo_id)
+        result, last_error = await todo_queries.outcome_of(conn, t.todo_id)
         body = push_body(
             PushEvent(
                 task_id=t.todo_id,

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from switchboard.a2a.config_types import ConfigInput
 from switchboard.a2a.views import TaskRecord
+from switchboard.store import todo_queries
 from switchboard.store.db import Database
 from switchboard.store.schema import todos
 from switchboard.store.schema_a2a import a2a_task_events, a2a_tasks
@@ -150,12 +151,6 @@ async def record_event(conn: AsyncConnection, task_id: str, seq: int, body: byte
     )
 
 
-async def todo_outcome(conn: AsyncConnection, todo_id: str) -> tuple[str | None, str | None]:
-    """(result, last_error) of the todo as this transaction sees it."""
-    row = (await conn.execute(select(todos.c.result, todos.c.last_error).where(todos.c.id == todo_id))).one()
-    return row.result, row.last_error
-
-
 async def lock_owned(conn: AsyncConnection, owner_endpoint_id: str, task_id: str) -> bool:
     """Lock the caller's task row (serialises config writes per task); False if it is not theirs."""
     stmt = (
@@ -248,7 +243,7 @@ class TaskStore:
                 .where(a2a_tasks.c.todo_id == task_id)
                 .values(followups=json.dumps(later), input_required_at=None)
             )
-            await conn.execute(update(todos).where(todos.c.id == task_id).values(payload=json.dumps(payload)))
+            await todo_queries.set_payload(conn, task_id, json.dumps(payload))
             if row.input_required_at is not None and row.status == "claimed" and on_answer is not None:
                 await on_answer(conn)
         return "appended"
@@ -295,7 +290,7 @@ class TaskStore:
                 .where(a2a_tasks.c.todo_id == task_id)
                 .values(followups=json.dumps(later), input_required_at=now_ms)
             )
-            await conn.execute(update(todos).where(todos.c.id == task_id).values(payload=json.dumps(payload)))
+            await todo_queries.set_payload(conn, task_id, json.dumps(payload))
             await on_asked(conn)
         return "asked"
 

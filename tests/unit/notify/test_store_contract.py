@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from switchboard.clock import ms
+from switchboard.notify.reads import HookReads
 from switchboard.notify.store import (
     DISABLE_AFTER,
     FOLD_STATEMENT_SIZES,
@@ -19,6 +20,7 @@ from switchboard.notify.store import (
     HealthFold,
     SendableHook,
 )
+from tests.support import hook_health
 from tests.unit.notify.conftest import NotifyDB, queries, selects_on_hooks, updates_on_hooks
 
 
@@ -133,11 +135,11 @@ async def test_a_deleted_hook_writes_nothing(ndb: NotifyDB) -> None:
 async def test_the_legacy_single_outcome_writes_still_work(ndb: NotifyDB) -> None:
     hook = await ndb.hook(await ndb.endpoint("ep-a"))
     for _ in range(DISABLE_AFTER - 1):
-        outcome = await ndb.hooks.record_failed(hook.id, None, "timeout")
+        outcome = await hook_health.failed(ndb.hooks, hook.id, None, "timeout")
         assert outcome is not None and not outcome.disabled_now
-    outcome = await ndb.hooks.record_failed(hook.id, None, "timeout")
+    outcome = await hook_health.failed(ndb.hooks, hook.id, None, "timeout")
     assert outcome is not None and outcome.disabled_now
-    await ndb.hooks.record_delivered(hook.id, 204)
+    await hook_health.delivered(ndb.hooks, hook.id, 204)
     row = await ndb.row(hook.id)
     assert row.consecutive_failures == 0 and not row.enabled and row.last_error is None
 
@@ -163,8 +165,8 @@ async def test_matching_reads_every_endpoint_of_a_batch_in_one_statement(ndb: No
     assert opened == {"https://hooks.test/a1?key=QUERYCANARY", "https://hooks.test/a2?key=QUERYCANARY"}
     assert "QUERYCANARY" not in repr(found)  # the sealed URL is not in any repr either
     assert await ndb.hooks.enabled_with_endpoints([]) == {}
-    single = await ndb.hooks.enabled_with_endpoint(b.id)
-    assert single is not None and [h.id for h in single[1]] == [b1.id]
+    single = await ndb.hooks.enabled_with_endpoints([b.id])
+    assert [m.hook.id for m in single[b.id].hooks] == [b1.id]
 
 
 async def test_sendable_is_one_prebuilt_statement_and_carries_the_stored_streak(ndb: NotifyDB) -> None:
@@ -179,8 +181,8 @@ async def test_sendable_is_one_prebuilt_statement_and_carries_the_stored_streak(
 
     event.listen(ndb.db.engine.sync_engine, "before_execute", record)
     try:
-        first = await ndb.hooks.sendable(hook.id)
-        second = await ndb.hooks.sendable(hook.id)
+        first = await HookReads(ndb.hooks).sendable(hook.id)
+        second = await HookReads(ndb.hooks).sendable(hook.id)
     finally:
         event.remove(ndb.db.engine.sync_engine, "before_execute", record)
     assert first is not None and second is not None
@@ -190,10 +192,10 @@ async def test_sendable_is_one_prebuilt_statement_and_carries_the_stored_streak(
     statements = [e for e in executed if "notify_hooks" in str(e)]
     assert len(statements) == 2 and statements[0] is statements[1]  # built once, not per call
     await ndb.hooks.set_enabled_by_owner(endpoint.id, hook.id, False)
-    assert await ndb.hooks.sendable(hook.id) is None  # a disabled hook gets no attempt
+    assert await HookReads(ndb.hooks).sendable(hook.id) is None  # a disabled hook gets no attempt
     await ndb.hooks.set_enabled_by_owner(endpoint.id, hook.id, True)
     await ndb.hooks.delete(endpoint.id, hook.id)
-    assert await ndb.hooks.sendable(hook.id) is None
+    assert await HookReads(ndb.hooks).sendable(hook.id) is None
 
 
 async def test_record_outcomes_uses_the_given_disable_time(ndb: NotifyDB) -> None:
@@ -282,7 +284,7 @@ async def test_reads_asked_for_together_are_one_statement_and_a_bad_row_fails_on
         )
     assert len(selects_on_hooks(seen)) == 1
     first, off, bad, gone, again = answers
-    assert isinstance(first, SendableHook) and first == await ndb.hooks.sendable(good.id) == again
+    assert isinstance(first, SendableHook) and first == await HookReads(ndb.hooks).sendable(good.id) == again
     assert first.consecutive_failures == 3
     assert off is None and gone is None
     assert isinstance(bad, Exception) and not isinstance(bad, SendableHook)
@@ -321,4 +323,4 @@ async def test_a_batched_read_that_is_cancelled_fails_its_waiters(ndb: NotifyDB)
             await waiter
     # the next read starts afresh and answers
     gate.set()
-    assert (await reads.sendable(hook.id)) == await ndb.hooks.sendable(hook.id)
+    assert (await reads.sendable(hook.id)) == await HookReads(ndb.hooks).sendable(hook.id)
