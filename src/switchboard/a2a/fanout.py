@@ -51,8 +51,7 @@ class Fanout:
 
     async def __call__(self, conn: AsyncConnection, transitions: Sequence[Transition]) -> None:
         for t in transitions:
-            # A prefilter that saves every other todo a query; the task row decides (next_seq).
-            if t.source == tasks.A2A_SOURCE:
+            if tasks.may_be_task(t):  # a prefilter that saves every other todo a query
                 await self._one(conn, t)
 
     async def _one(self, conn: AsyncConnection, t: Transition) -> None:

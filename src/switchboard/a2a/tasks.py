@@ -25,9 +25,18 @@ from switchboard.store import todo_queries
 from switchboard.store.db import Database
 from switchboard.store.schema import todos
 from switchboard.store.schema_a2a import a2a_task_events, a2a_tasks
+from switchboard.store.transitions import Transition
 
-A2A_SOURCE = "a2a"  # todos.source of every task; filters transitions before any query
+A2A_SOURCE = "a2a"  # todos.source of every task (send.py writes it; may_be_task reads it)
 A2A_KIND = "a2a.message"
+
+
+def may_be_task(t: Transition) -> bool:
+    """Whether a transition can be an A2A task's, read from the moved row itself: the a2a package
+    marks the todos it creates (``source``) and only it reads the mark back, so other todos cost no
+    query. A cheap prefilter, not the decision: a webhook source may also be called ``a2a``, and
+    the task row (:func:`next_seq`) is what makes a todo a task."""
+    return t.source == A2A_SOURCE
 
 
 @dataclass(frozen=True, slots=True)

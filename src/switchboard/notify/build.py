@@ -32,7 +32,6 @@ def build_dispatcher(
     _, sender = notify_outbound(services)
     return Dispatcher(
         hooks=store,
-        accounts=services.accounts,
         todos=services.todos,
         sender=sender,
         metrics=services.metrics,

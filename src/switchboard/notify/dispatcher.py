@@ -43,7 +43,6 @@ from switchboard.notify.timers import RetryTimers
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
 from switchboard.push import PushError, Sender, StatusError, new_message_id, standard_headers
-from switchboard.store.accounts import AccountStore
 from switchboard.store.presence import PresenceReturn
 from switchboard.store.todos import TodoStore
 from switchboard.store.transitions import Transition
@@ -56,7 +55,6 @@ class Dispatcher:
         self,
         *,
         hooks: HookStore,
-        accounts: AccountStore,
         todos: TodoStore,
         sender: Sender,
         metrics: Metrics,
@@ -73,7 +71,6 @@ class Dispatcher:
         drop_log: DropLog | None = None,
         deliveries: DeliveryLog | None = None,
     ) -> None:
-        self.hooks, self.accounts, self.todos = hooks, accounts, todos
         self.sender, self.metrics, self.clock, self.sign = sender, metrics, clock, sign
         self.drain_timeout = drain_timeout
         self.flow = Flow()
@@ -133,11 +130,6 @@ class Dispatcher:
     @property
     def queue(self) -> asyncio.Queue[Notification]:
         return self.intake.queue
-
-    @property
-    def workers_running(self) -> int:
-        """Worker tasks alive now: the pool's size from start to stop (REQ-12)."""
-        return self.pool.running
 
     # -- producing (the hub's and the presence store's subscribers) --------------------------------
 

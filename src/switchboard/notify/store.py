@@ -178,13 +178,6 @@ class HookHealth:
         self.db, self.envelope, self.clock = db, envelope, clock
         self.grace_seconds = grace_seconds
 
-    async def record_outcomes(
-        self, hook_id: str, fold: HealthFold, *, disabled_at: int | None = None
-    ) -> HealthOutcome | None:
-        """One hook's fold: :meth:`record_many` with one entry."""
-        stamp = fold.at if disabled_at is None else disabled_at
-        return (await self.record_many([(hook_id, fold, stamp)]))[hook_id]
-
     async def record_many(
         self, folds: Sequence[tuple[str, HealthFold, int]]
     ) -> dict[str, HealthOutcome | None]:

@@ -19,6 +19,7 @@ import pytest
 from standardwebhooks import Webhook
 
 from switchboard.notify.component import NotifyComponent
+from switchboard.notify.dispatcher import Dispatcher
 from switchboard.notify.process import WORKER_COMMAND, RemoteDispatcher, child_of
 from switchboard.notify.wire import line
 from switchboard.notify.worker import NICENESS
@@ -41,7 +42,7 @@ async def penv(tmp_path: Path) -> AsyncIterator[Env]:
 
 def remote(env: Env) -> RemoteDispatcher:
     dispatcher = env.notify.dispatcher
-    assert isinstance(dispatcher, RemoteDispatcher) and env.notify.in_process is None
+    assert isinstance(dispatcher, RemoteDispatcher)
     return dispatcher
 
 
@@ -149,7 +150,7 @@ def test_by_default_the_worker_process_delivers_unless_the_database_is_in_memory
     in_memory = make_settings(tmp_path / "b", "sqlite+aiosqlite:///:memory:", notify_process=None)
     assert on_file.notify_in_worker_process() and not in_memory.notify_in_worker_process()
     assert isinstance(NotifyComponent(build_services(on_file)).dispatcher, RemoteDispatcher)
-    assert NotifyComponent(build_services(in_memory)).in_process is not None
+    assert isinstance(NotifyComponent(build_services(in_memory)).dispatcher, Dispatcher)
 
 
 async def test_a_stop_while_waiting_to_restart_does_not_wait_for_the_restart(tmp_path: Path) -> None:

@@ -58,7 +58,7 @@ def test_a_fold_is_its_outcomes_applied_in_turn(streak: int, outcomes: str) -> N
 async def test_ten_failures_in_one_fold_disable_once(ndb: NotifyDB) -> None:
     hook = await ndb.hook(await ndb.endpoint("ep-a"))
     with ndb.statements() as seen:
-        outcome = await ndb.hooks.record_outcomes(hook.id, fold_of("F" * 10))
+        outcome = await hook_health.record(ndb.hooks, hook.id, fold_of("F" * 10))
     assert len(queries(seen)) == 1 and len(updates_on_hooks(seen)) == 1
     assert outcome is not None and outcome.disabled_now and outcome.consecutive_failures == 10
     row = await ndb.row(hook.id)
@@ -67,7 +67,7 @@ async def test_ten_failures_in_one_fold_disable_once(ndb: NotifyDB) -> None:
     assert row.last_status == 503 and row.last_error == "server_error"
     # a later fold on the disabled hook (an attempt that was in flight) is not a second disable,
     # even at the same instant
-    again = await ndb.hooks.record_outcomes(hook.id, fold_of("F", at=1009))
+    again = await hook_health.record(ndb.hooks, hook.id, fold_of("F", at=1009))
     assert again is not None and not again.disabled_now and again.consecutive_failures == 11
     assert (await ndb.row(hook.id)).disabled_at == 1009
 
@@ -75,17 +75,17 @@ async def test_ten_failures_in_one_fold_disable_once(ndb: NotifyDB) -> None:
 async def test_the_stored_streak_counts(ndb: NotifyDB) -> None:
     hook = await ndb.hook(await ndb.endpoint("ep-a"))
     await ndb.set_hook(hook.id, consecutive_failures=7)
-    outcome = await ndb.hooks.record_outcomes(hook.id, fold_of("FF"))
+    outcome = await hook_health.record(ndb.hooks, hook.id, fold_of("FF"))
     assert outcome is not None and not outcome.disabled_now and outcome.consecutive_failures == 9
     assert (await ndb.row(hook.id)).enabled
-    outcome = await ndb.hooks.record_outcomes(hook.id, fold_of("F"))
+    outcome = await hook_health.record(ndb.hooks, hook.id, fold_of("F"))
     assert outcome is not None and outcome.disabled_now and not (await ndb.row(hook.id)).enabled
 
 
 async def test_a_success_resets_and_failures_after_it_count_from_zero(ndb: NotifyDB) -> None:
     hook = await ndb.hook(await ndb.endpoint("ep-a"))
     await ndb.set_hook(hook.id, consecutive_failures=7)
-    outcome = await ndb.hooks.record_outcomes(hook.id, fold_of("SFFF"))
+    outcome = await hook_health.record(ndb.hooks, hook.id, fold_of("SFFF"))
     row = await ndb.row(hook.id)
     assert outcome is not None and not outcome.disabled_now
     assert row.consecutive_failures == 3 and row.enabled
@@ -95,7 +95,7 @@ async def test_a_success_resets_and_failures_after_it_count_from_zero(ndb: Notif
 async def test_a_success_after_failures_resets(ndb: NotifyDB) -> None:
     hook = await ndb.hook(await ndb.endpoint("ep-a"))
     await ndb.set_hook(hook.id, consecutive_failures=7)
-    await ndb.hooks.record_outcomes(hook.id, fold_of("FFS"))  # 9, then delivered
+    await hook_health.record(ndb.hooks, hook.id, fold_of("FFS"))  # 9, then delivered
     row = await ndb.row(hook.id)
     assert row.consecutive_failures == 0 and row.enabled
     assert row.last_status == 204 and row.last_error is None and row.last_attempt_at == 1002
@@ -109,7 +109,7 @@ async def test_reaching_ten_inside_a_fold_disables_even_when_a_success_follows(n
     ):
         hook = await ndb.hook(await ndb.endpoint(slug))
         await ndb.set_hook(hook.id, consecutive_failures=stored)
-        outcome = await ndb.hooks.record_outcomes(hook.id, fold_of(outcomes))
+        outcome = await hook_health.record(ndb.hooks, hook.id, fold_of(outcomes))
         row = await ndb.row(hook.id)
         assert outcome is not None and outcome.disabled_now, slug
         assert not row.enabled and row.disabled_reason == "consecutive_failures", slug
@@ -119,7 +119,7 @@ async def test_reaching_ten_inside_a_fold_disables_even_when_a_success_follows(n
 async def test_a_disabled_hook_is_not_disabled_again_and_keeps_its_reason(ndb: NotifyDB) -> None:
     hook = await ndb.hook(await ndb.endpoint("ep-a"))
     assert await ndb.hooks.set_enabled_by_owner(hook.endpoint_id, hook.id, False)
-    outcome = await ndb.hooks.record_outcomes(hook.id, fold_of("F" * 12))
+    outcome = await hook_health.record(ndb.hooks, hook.id, fold_of("F" * 12))
     row = await ndb.row(hook.id)
     assert outcome is not None and not outcome.disabled_now
     assert row.disabled_reason == "operator" and row.consecutive_failures == 12
@@ -129,7 +129,7 @@ async def test_a_deleted_hook_writes_nothing(ndb: NotifyDB) -> None:
     endpoint = await ndb.endpoint("ep-a")
     hook = await ndb.hook(endpoint)
     await ndb.hooks.delete(endpoint.id, hook.id)
-    assert await ndb.hooks.record_outcomes(hook.id, fold_of("F")) is None
+    assert await hook_health.record(ndb.hooks, hook.id, fold_of("F")) is None
 
 
 async def test_the_legacy_single_outcome_writes_still_work(ndb: NotifyDB) -> None:
@@ -198,10 +198,10 @@ async def test_sendable_is_one_prebuilt_statement_and_carries_the_stored_streak(
     assert await HookReads(ndb.hooks).sendable(hook.id) is None
 
 
-async def test_record_outcomes_uses_the_given_disable_time(ndb: NotifyDB) -> None:
+async def test_a_fold_records_the_given_disable_time(ndb: NotifyDB) -> None:
     hook = await ndb.hook(await ndb.endpoint("ep-a"))
     now = ms(ndb.clock.now())
-    outcome = await ndb.hooks.record_outcomes(hook.id, fold_of("F" * 10, at=now), disabled_at=now + 1)
+    outcome = await hook_health.record(ndb.hooks, hook.id, fold_of("F" * 10, at=now), disabled_at=now + 1)
     assert outcome is not None and outcome.disabled_now and outcome.disabled_at == now + 1
     row = await ndb.row(hook.id)
     assert row.disabled_at == now + 1 and row.last_attempt_at == now + 9
@@ -212,7 +212,7 @@ async def test_many_hooks_folds_are_one_statement_with_each_hooks_own_outcome(nd
     row gets exactly what its own fold says, as if written alone."""
     endpoint = await ndb.endpoint("ep-a")
     tripping, recovering, gone = [await ndb.hook(endpoint) for _ in range(3)]
-    await ndb.hooks.record_outcomes(recovering.id, fold_of("FFFF"))
+    await hook_health.record(ndb.hooks, recovering.id, fold_of("FFFF"))
     await ndb.hooks.delete(endpoint.id, gone.id)
     with ndb.statements() as seen:
         out = await ndb.hooks.record_many(

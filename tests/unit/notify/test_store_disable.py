@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from switchboard.notify.reads import HookReads
 from switchboard.notify.store import HealthFold
+from tests.support import hook_health
 from tests.unit.notify.conftest import NotifyDB
 
 
@@ -15,7 +16,7 @@ async def disable_automatically(ndb: NotifyDB, hook_id: str) -> None:
     fold = HealthFold()
     for i in range(10):
         fold.failed(503, "server_error", 1000 + i, f"msg_{i}")
-    outcome = await ndb.hooks.record_outcomes(hook_id, fold)
+    outcome = await hook_health.record(ndb.hooks, hook_id, fold)
     assert outcome is not None and outcome.disabled_now
 
 
@@ -58,7 +59,7 @@ async def test_failures_never_relabel_a_human_disable(ndb: NotifyDB) -> None:
     fold = HealthFold()
     for i in range(12):  # outcomes of attempts in flight when the human disabled it
         fold.failed(None, "network", 2000 + i, f"msg_{i}")
-    outcome = await ndb.hooks.record_outcomes(hook.id, fold)
+    outcome = await hook_health.record(ndb.hooks, hook.id, fold)
     assert outcome is not None and not outcome.disabled_now
     assert (await ndb.hooks.get(a.id, hook.id)).disabled_reason == "operator"
     rotated, _ = await ndb.hooks.rotate(a.id, hook.id)
