@@ -317,13 +317,6 @@ class TaskStore:
         later: list[Any] = json.loads(row.followups) if row.followups else []
         return [m for m in later[int(row.claim_followups) :] if m.get("role") != "ROLE_AGENT"]
 
-    async def owned(self, owner_endpoint_id: str, task_id: str) -> bool:
-        stmt = select(a2a_tasks.c.todo_id).where(
-            a2a_tasks.c.todo_id == task_id, a2a_tasks.c.owner_endpoint_id == owner_endpoint_id
-        )
-        async with self.db.read() as conn:
-            return (await conn.execute(stmt)).first() is not None
-
     async def page(
         self,
         owner_endpoint_id: str,

@@ -40,9 +40,6 @@ ADDRESS_REASONS = frozenset(
         "reserved",
     }
 )
-#: Reasons about the URL itself, or its lookup at create time.
-URL_REASONS = frozenset({"scheme", "userinfo", "too_long", "malformed", "unresolvable"})
-
 #: Reasons a tenant sees only as "address" (see TargetRejected).
 OPAQUE_REASONS = ADDRESS_REASONS | {"unresolvable"}
 

@@ -18,8 +18,6 @@ from switchboard.store.db import Database
 
 log = get_logger("switchboard.presence")
 
-DIGEST_REASONS = ("clock_in", "operator", "shift_start", "override_end", "reconnect")
-
 
 @dataclass(frozen=True, slots=True)
 class PresenceReturn:
