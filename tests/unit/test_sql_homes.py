@@ -39,10 +39,6 @@ READ_ALLOW: dict[tuple[str, str], str] = {
         "one statement and built into the a2a package's TaskRecord: in store/todo*.py the todos home "
         "would depend on the a2a package"
     ),
-    ("a2a/configs.py", "endpoints"): (
-        "sendable reads the owner's granted verbs in the config's own statement, right before each "
-        "attempt: in store/accounts.py the endpoints home would build the a2a package's SendableConfig"
-    ),
     ("notify/store.py", "endpoints"): (
         "matching reads each endpoint (scope, presence, owner) with its enabled hooks in one batched "
         "statement on the delivery path: in store/accounts.py the endpoints home would depend on notify"

@@ -290,6 +290,12 @@ def slug_of(endpoint_id: Any) -> Any:
     return select(endpoints.c.slug).where(endpoints.c.id == endpoint_id).scalar_subquery()
 
 
+def verbs_of(endpoint_id: Any) -> Any:
+    """The granted verbs (JSON) of the endpoint ``endpoint_id``, as a scalar sub-select: another
+    aggregate's read checks a grant in its own statement."""
+    return select(endpoints.c.verbs).where(endpoints.c.id == endpoint_id).scalar_subquery()
+
+
 async def count_endpoints(conn: AsyncConnection, *, human_id: str | None = None) -> int:
     stmt = select(func.count()).select_from(endpoints)
     if human_id is not None:
