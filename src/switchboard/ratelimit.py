@@ -1,5 +1,8 @@
-"""Rate limits keyed by an id (endpoint, source, hook, address). In-process by design: limits protect this
-instance's resources and the receivers it calls; the database enforces every cross-instance guarantee.
+"""Rate limits keyed by an id (endpoint, source, hook, address). In-process by default: those limits
+protect this instance's resources. A limit that is a promise to someone outside (SPEC-0024's 120
+notifications per minute per hook) is given a shared store on PostgreSQL (:class:`SharedWindow`,
+implemented by :class:`switchboard.store.windows.SharedWindows`) and then holds for the cluster:
+:meth:`WindowLimiter.admit` takes from the database instead of this process's log.
 
 One limiter for every limit in the tree (issue 16): :class:`WindowLimiter`, a sliding window and a
 *ceiling*. No ``window``-second interval ever holds more than ``limit`` admissions for one key. Where
@@ -13,8 +16,15 @@ than its number in some minute: with burst 120 and 120 a minute, 233 in one minu
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from typing import Protocol
 
 from switchboard.clock import Clock
+
+
+class SharedWindow(Protocol):
+    """Where a shared window keeps its admissions (the database): the same rule, for every process."""
+
+    async def take(self, key: str, limit: int, window: float) -> bool: ...
 
 
 class WindowLimiter:
@@ -31,10 +41,19 @@ class WindowLimiter:
     a limiter that delays work instead of dropping it needs.
     """
 
-    def __init__(self, clock: Clock, limit: int, window: float = 60.0, *, max_keys: int = 100_000) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        limit: int,
+        window: float = 60.0,
+        *,
+        max_keys: int = 100_000,
+        shared: SharedWindow | None = None,
+    ) -> None:
         if limit < 1 or window <= 0:
             raise ValueError("limit must be at least 1 and window positive")
         self.clock = clock
+        self.shared = shared  # given: admit() takes from it, and the window holds for all who share it
         self.limit = limit
         self.window = window
         self._max_keys = max_keys  # past it, the key admitted least recently is forgotten
@@ -53,8 +72,15 @@ class WindowLimiter:
         return cls(clock, limit, 60.0 * limit / per_minute, max_keys=max_keys)
 
     def allow(self, key: str) -> bool:
-        """Admit one for ``key`` if its window has room."""
+        """Admit one for ``key`` if its window has room (this process's log)."""
         return self.take(key) == 0.0
+
+    async def admit(self, key: str) -> bool:
+        """Admit one for ``key`` if its window has room: in the shared store when there is one (every
+        process and instance on the database counts), else as :meth:`allow`."""
+        if self.shared is None:
+            return self.allow(key)
+        return await self.shared.take(key, self.limit, self.window)
 
     def take(self, key: str) -> float:
         """Admit one for ``key`` and return 0.0, or admit nothing and return the seconds until the

@@ -24,7 +24,17 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import ResourceUpdatedNotification
 
 from tests.conformance.conftest import _checked
-from tests.conformance.harness import FLEET, Conf, ServerSpec, tenant
+from tests.conformance.harness import (
+    FLEET,
+    Conf,
+    Metrics,
+    ServerSpec,
+    delta,
+    ip_url,
+    receiver,
+    tenant,
+    wait_until,
+)
 from tests.support.pg import PostgresServer
 
 COMMON = {"notify_hook_allow_cidrs": "127.0.0.1/32", "doorbell_heartbeat_seconds": 3600}
@@ -32,6 +42,7 @@ ONE = ServerSpec("cluster-one", COMMON, humans=("alice",))
 TWO = ServerSpec("cluster-two", COMMON, humans=())
 RINGS = 200
 P99_BOUND = 0.100  # seconds: issue 18, "within 100 ms (p99)"
+NOTIFIED = "switchboard_notify_hook_notifications_total"
 
 
 @pytest.fixture(scope="module")
@@ -146,3 +157,70 @@ async def test_a_todo_created_through_a_rings_a_session_on_b_within_100_ms(
     metrics = await two.metrics()
     assert metrics.get("switchboard_cluster_relay_events_total", result="received") >= RINGS
     assert metrics.get("switchboard_cluster_relay_connected") == 1.0
+
+
+def most_in_any_window(times: list[float], window: float) -> int:
+    """The largest number of ``times`` inside any closed interval of ``window`` seconds."""
+    ordered = sorted(times)
+    most, first = 0, 0
+    for last, t in enumerate(ordered):
+        while t - ordered[first] > window:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+async def test_two_instances_one_hook_no_60_second_window_holds_more_than_120(
+    cluster: tuple[Conf, Conf],
+) -> None:
+    """The spec's own numbers (default settings, 120 in any 60 s): 200 todos for one hook, half through
+    each instance, all within one minute. Each instance alone would send its 100; the cluster sends
+    120 and drops the rest."""
+    one, two = cluster
+    before = [await conf.metrics() for conf in (one, two)]
+    started = time.monotonic()
+    async with receiver() as rcv, tenant(one) as a:
+        await a.hook(ip_url(rcv))
+        path = a.inbound["inbox"]
+
+        async def burst(conf: Conf, count: int) -> None:
+            async with conf.http() as http:
+
+                async def post(i: int) -> None:
+                    r = await http.post(path, json={"title": f"{conf.spec.name} {i}"})
+                    assert r.status_code == 202, r.text
+
+                for start in range(0, count, 16):
+                    await asyncio.gather(*(post(i) for i in range(start, min(count, start + 16))))
+
+        await asyncio.gather(burst(one, 100), burst(two, 100))
+
+        async def accounted() -> list[Metrics]:
+            now = [await conf.metrics() for conf in (one, two)]
+            done = sum(
+                delta(after, earlier, NOTIFIED, type="todo.ready", outcome=outcome)
+                for after, earlier in zip(now, before, strict=True)
+                for outcome in ("delivered", "dropped", "failed")
+            )
+            return now if done >= 200 else []
+
+        left = 58 - (time.monotonic() - started)  # the whole run must fit in one 60 s window
+        after = await wait_until(accounted, timeout=left, what="every notification delivered or dropped")
+        elapsed = time.monotonic() - started
+    assert elapsed < 60  # every request below lies in one 60-second window, as the spec's window
+    first_arrival: dict[str, float] = {}
+    for request, at in zip(rcv.requests, rcv.arrived, strict=True):
+        first_arrival.setdefault(request.header("webhook-id") or "", at)
+    assert most_in_any_window(list(first_arrival.values()), 60.0) <= 120
+    assert len(first_arrival) == 120  # the window is full, not split: the cluster's 120 went out
+    delivered = [
+        delta(x, b, NOTIFIED, type="todo.ready", outcome="delivered")
+        for x, b in zip(after, before, strict=True)
+    ]
+    dropped = [
+        delta(x, b, NOTIFIED, type="todo.ready", outcome="dropped")
+        for x, b in zip(after, before, strict=True)
+    ]
+    assert sum(delivered) == 120 and sum(dropped) == 80, (delivered, dropped)
+    assert all(d > 0 for d in dropped)  # both instances held to the one window
+    assert all(d > 0 for d in delivered)
