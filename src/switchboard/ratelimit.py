@@ -15,7 +15,10 @@ than its number in some minute: with burst 120 and 120 a minute, 233 in one minu
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from switchboard.clock import Clock
@@ -24,7 +27,82 @@ from switchboard.clock import Clock
 class SharedWindow(Protocol):
     """Where a shared window keeps its admissions (the database): the same rule, for every process."""
 
-    async def take(self, key: str, limit: int, window: float) -> bool: ...
+    async def take(self, key: str, limit: int, window: float, *, count: int = 1, hold: float = 0.0) -> int:
+        """Take up to ``count`` admissions for ``key``, each counted as made ``hold`` seconds from now
+        (a lease: the caller may use them until then); how many were taken."""
+        ...
+
+
+@dataclass(slots=True)
+class _Lease:
+    left: int  # admissions taken from the shared window and not used yet
+    expires: float  # this clock's time after which the unused ones are let go
+    size: int  # how many the last refill asked for
+    used: int = 0
+    full: bool = False  # the refill found the window full: refuse until expires, without asking again
+
+
+class Leases:
+    """Admissions taken from a shared window in chunks and used here without a round trip (the MCP call
+    limit, issue 18). A chunk is counted in the shared window as made at the end of its lease, so every
+    call admitted from it lies before its recorded time: the shared window's bound holds for every call
+    admitted anywhere. What a lease leaves unused is lost (the cluster then admits fewer, never more), so
+    the chunk follows the key's demand: 1 at first, doubling while chunks are used up before they
+    expire (at most ``max_chunk``), back to what was used when one expires unused. A refill that finds
+    the window full is remembered for ``hold`` seconds: a caller over the limit is refused without a
+    round trip, and may be refused up to ``hold`` seconds after a slot freed."""
+
+    def __init__(self, hold: float, max_chunk: int, max_keys: int) -> None:
+        self.hold, self.max_chunk, self.max_keys = hold, max_chunk, max_keys
+        self._held: dict[str, _Lease] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def use(self, key: str, now: float) -> bool | None:
+        """True: admitted from the lease; False: refused (the window was full at the last refill,
+        less than ``hold`` ago); None: a refill must decide."""
+        lease = self._held.get(key)
+        if lease is None or now >= lease.expires:
+            return None
+        if lease.full:
+            return False
+        if lease.left <= 0:
+            return None
+        lease.left -= 1
+        lease.used += 1
+        return True
+
+    async def refill(self, key: str, clock: Clock, take: Callable[[int], Awaitable[int]]) -> bool:
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:  # one refill per key at a time: concurrent callers share its chunk
+            decided = self.use(key, clock.now())
+            if decided is not None:
+                return decided
+            last = self._held.get(key)
+            if last is None or last.full:
+                size = 1
+            elif last.left <= 0:
+                size = min(self.max_chunk, last.size * 2)
+            else:
+                size = max(1, min(self.max_chunk, last.used))
+            started = clock.now()
+            got = await take(size)
+            self._forget_expired(started)
+            self._held[key] = _Lease(
+                left=max(0, got - 1), expires=started + self.hold, size=size, full=got <= 0
+            )
+            if got <= 0:
+                return False
+            self._held[key].used = 1
+            return True
+
+    def _forget_expired(self, now: float) -> None:
+        if len(self._held) < self.max_keys:
+            return
+        for key in [k for k, lease in self._held.items() if now >= lease.expires]:
+            del self._held[key]
+            lock = self._locks.get(key)
+            if lock is not None and not lock.locked():
+                del self._locks[key]
 
 
 class WindowLimiter:
@@ -49,11 +127,16 @@ class WindowLimiter:
         *,
         max_keys: int = 100_000,
         shared: SharedWindow | None = None,
+        lease: float = 0.0,
     ) -> None:
+        """``shared``: admit() takes from it, and the window holds for all who share it. ``lease`` (with
+        ``shared``): take admissions in chunks held that many seconds (:class:`Leases`), so most calls
+        cost no round trip to the shared store."""
         if limit < 1 or window <= 0:
             raise ValueError("limit must be at least 1 and window positive")
         self.clock = clock
-        self.shared = shared  # given: admit() takes from it, and the window holds for all who share it
+        self.shared = shared
+        self.leases = Leases(lease, max(1, limit // 10), max_keys) if shared and lease > 0 else None
         self.limit = limit
         self.window = window
         self._max_keys = max_keys  # past it, the key admitted least recently is forgotten
@@ -78,9 +161,20 @@ class WindowLimiter:
     async def admit(self, key: str) -> bool:
         """Admit one for ``key`` if its window has room: in the shared store when there is one (every
         process and instance on the database counts), else as :meth:`allow`."""
-        if self.shared is None:
+        shared = self.shared
+        if shared is None:
             return self.allow(key)
-        return await self.shared.take(key, self.limit, self.window)
+        leases = self.leases
+        if leases is None:
+            return await shared.take(key, self.limit, self.window) > 0
+        decided = leases.use(key, self.clock.now())
+        if decided is not None:
+            return decided
+
+        def take(count: int) -> Awaitable[int]:
+            return shared.take(key, self.limit, self.window, count=count, hold=leases.hold)
+
+        return await leases.refill(key, self.clock, take)
 
     def take(self, key: str) -> float:
         """Admit one for ``key`` and return 0.0, or admit nothing and return the seconds until the

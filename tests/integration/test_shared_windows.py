@@ -53,3 +53,60 @@ async def test_a_slot_frees_once_its_admission_is_a_window_old(pg_url: str) -> N
 def test_sqlite_has_no_shared_window(tmp_path: object) -> None:
     with pytest.raises(ValueError, match="PostgreSQL"):
         SharedWindows(Database("sqlite+aiosqlite:///:memory:"))
+
+
+class Counted(SharedWindows):
+    """The real store, counting its round trips (what leasing is for)."""
+
+    calls = 0
+
+    async def take(self, key: str, limit: int, window: float, *, count: int = 1, hold: float = 0.0) -> int:
+        self.calls += 1
+        return await super().take(key, limit, window, count=count, hold=hold)
+
+
+async def test_leased_admissions_never_exceed_the_window_and_mostly_cost_no_round_trip(pg_url: str) -> None:
+    """Two instances leasing chunks of one window (the MCP call limit): however calls race, no window
+    holds more than the limit, and most calls never reach the database."""
+    one, two = Database(pg_url), Database(pg_url)
+    try:
+        await one.migrate()
+        stores = [Counted(db, prefix="mcp:") for db in (one, two)]
+        limiters = [WindowLimiter(SystemClock(), 100, 1.0, shared=s, lease=0.25) for s in stores]
+        admitted: list[float] = []
+        calls = 0
+
+        async def caller(limiter: WindowLimiter, stop: float) -> None:
+            nonlocal calls
+            while time.monotonic() < stop:
+                calls += 1
+                if await limiter.admit("ep_1"):
+                    admitted.append(time.monotonic())
+                await asyncio.sleep(0.002)
+
+        stop = time.monotonic() + 2.5
+        await asyncio.gather(*(caller(limiters[i % 2], stop) for i in range(8)))
+        ordered = sorted(admitted)
+        most = max(sum(1 for t in ordered if s <= t <= s + 1.0) for s in ordered)
+        assert most <= 100, most
+        assert len(admitted) >= 150  # 2.5 s of a 100-per-second window: the leases are not wasted away
+        assert sum(s.calls for s in stores) < calls / 4, (sum(s.calls for s in stores), calls)
+    finally:
+        await one.dispose()
+        await two.dispose()
+
+
+async def test_a_steady_caller_under_the_limit_is_never_refused_by_leasing(pg_url: str) -> None:
+    """What a lease leaves unused is lost, so a chunk follows demand: a caller at 60 % of the limit,
+    one call at a time, gets every call through."""
+    db = Database(pg_url)
+    try:
+        await db.migrate()
+        limiter = WindowLimiter(SystemClock(), 10, 1.0, shared=SharedWindows(db, prefix="mcp:"), lease=0.3)
+        results = []
+        for _ in range(15):
+            results.append(await limiter.admit("ep_slow"))
+            await asyncio.sleep(1 / 6)
+        assert all(results), results
+    finally:
+        await db.dispose()

@@ -27,10 +27,10 @@ _TAKE = text(
         SELECT s.key, s.slot FROM rate_slots s, now
         WHERE s.key = :key AND s.slot < :limit AND s.at < now.us - :window_us
         ORDER BY s.at
-        LIMIT 1
+        LIMIT :count
         FOR UPDATE OF s SKIP LOCKED
     )
-    UPDATE rate_slots r SET at = now.us
+    UPDATE rate_slots r SET at = now.us + :hold_us
     FROM free, now
     WHERE r.key = free.key AND r.slot = free.slot AND r.at < now.us - :window_us
     RETURNING r.slot
@@ -49,21 +49,31 @@ _CREATE = text(
 class SharedWindows:
     """The database side of a shared :class:`~switchboard.ratelimit.WindowLimiter` (PostgreSQL)."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, prefix: str = "") -> None:
+        """``prefix`` names the limit in the keys (``mcp:``), so limits sharing the table never mix."""
         if db.is_sqlite:
             raise ValueError("shared rate windows need PostgreSQL (SQLite is one instance)")
         self.db = db
+        self.prefix = prefix
 
-    async def take(self, key: str, limit: int, window: float) -> bool:
-        """Admit one for ``key`` if no ``window`` seconds would then hold more than ``limit``.
+    async def take(self, key: str, limit: int, window: float, *, count: int = 1, hold: float = 0.0) -> int:
+        """Admit up to ``count`` for ``key``, as many as keep every ``window`` seconds within ``limit``;
+        how many. Each is recorded as made ``hold`` seconds from now (a lease, ratelimit.Leases).
 
         One round trip when the key exists; its first use (or a raised limit) adds one that creates the
         missing slots. A refusal takes nothing."""
-        params = {"key": key[:100], "limit": limit, "window_us": int(window * 1_000_000)}
+        params = {
+            "key": (self.prefix + key)[:100],
+            "limit": limit,
+            "window_us": int(window * 1_000_000),
+            "count": max(1, count),
+            "hold_us": int(hold * 1_000_000),
+        }
         # Each statement alone in autocommit: one round trip, no BEGIN/COMMIT. ``fetch`` retries once on
         # a connection found dropped; a retried admission can only be counted twice, never let through.
-        if await self.db.fetch(_TAKE, params):
-            return True
+        taken = len(await self.db.fetch(_TAKE, params))
+        if taken:
+            return taken
         if not await self.db.fetch(_CREATE, params):
-            return False  # every slot exists and none is free: the window is full
-        return bool(await self.db.fetch(_TAKE, params))
+            return 0  # every slot exists and none is free: the window is full
+        return len(await self.db.fetch(_TAKE, params))
