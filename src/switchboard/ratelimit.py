@@ -16,6 +16,7 @@ than its number in some minute: with burst 120 and 120 a minute, 233 in one minu
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -47,8 +48,9 @@ class Leases:
     limit, issue 18). A chunk is counted in the shared window as made at the end of its lease, so every
     call admitted from it lies before its recorded time: the shared window's bound holds for every call
     admitted anywhere. What a lease leaves unused is lost (the cluster then admits fewer, never more), so
-    the chunk follows the key's demand: 1 at first, doubling while chunks are used up before they
-    expire (at most ``max_chunk``), back to what was used when one expires unused. A refill that finds
+    the chunk follows the key's demand: 1 at first, then what the last lease's rate of use asks for
+    over one lease (at most doubling, at most ``max_chunk``), back to what was used when one expires
+    with some left. A refill that finds
     the window full is remembered for ``hold`` seconds: a caller over the limit is refused without a
     round trip, and may be refused up to ``hold`` seconds after a slot freed."""
 
@@ -78,12 +80,7 @@ class Leases:
             if decided is not None:
                 return decided
             last = self._held.get(key)
-            if last is None or last.full:
-                size = 1
-            elif last.left <= 0:
-                size = min(self.max_chunk, last.size * 2)
-            else:
-                size = max(1, min(self.max_chunk, last.used))
+            size = 1 if last is None or last.full else self._next_size(last, clock.now())
             started = clock.now()
             got = await take(size)
             self._forget_expired(started)
@@ -94,6 +91,15 @@ class Leases:
                 return False
             self._held[key].used = 1
             return True
+
+    def _next_size(self, last: _Lease, now: float) -> int:
+        """The key's demand over one lease, from its last lease: what it used, scaled up when it ran out
+        early (at most doubling, at most ``max_chunk``)."""
+        if last.left > 0 or now >= last.expires:
+            return max(1, min(self.max_chunk, last.used))
+        elapsed = max(1e-3, now - (last.expires - self.hold))
+        wanted = math.ceil(last.used * self.hold / elapsed)
+        return max(1, min(self.max_chunk, 2 * last.size, wanted))
 
     def _forget_expired(self, now: float) -> None:
         if len(self._held) < self.max_keys:

@@ -9,6 +9,7 @@ from the relay, never from the heartbeat that used to be the only path between i
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -224,3 +225,34 @@ async def test_two_instances_one_hook_no_60_second_window_holds_more_than_120(
     assert sum(delivered) == 120 and sum(dropped) == 80, (delivered, dropped)
     assert all(d > 0 for d in dropped)  # both instances held to the one window
     assert all(d > 0 for d in delivered)
+
+
+async def test_two_instances_one_endpoint_share_the_mcp_call_limit(cluster: tuple[Conf, Conf]) -> None:
+    """600 calls per endpoint in any 60 s (the default), for the cluster: 800 calls, half through each
+    instance, inside one minute. Each instance alone would answer its 400; the cluster answers at most
+    600 and refuses the rest with rate_limited."""
+    one, two = cluster
+    started = time.monotonic()
+    async with tenant(one) as a, client_on(two, a.token) as via_two:
+        codes: list[str] = []
+
+        async def caller(call: Any, count: int) -> None:
+            for _ in range(count):
+                result = await call("whoami", {})
+                if result.is_error:
+                    body = json.loads(result.content[0].text)
+                    codes.append(str(body["code"]))
+                else:
+                    codes.append("ok")
+
+        on_one = a.agent.client.call_tool
+        on_two = via_two.call_tool
+        await asyncio.gather(*(caller(on_one if i % 2 else on_two, 100) for i in range(8)))
+    elapsed = time.monotonic() - started
+    assert elapsed < 60  # every call in one 60 s window
+    ok = codes.count("ok")
+    print(f"MCP calls answered across the cluster: {ok} of 800 in {elapsed:.1f} s")
+    assert len(codes) == 800 and set(codes) <= {"ok", "rate_limited"}, set(codes)
+    # At most 600. A lease left unused when the window fills is lost (never more than a chunk, a tenth
+    # of the limit, per instance), so at least 600 - 2 x 60 went through.
+    assert 480 <= ok <= 600, ok
