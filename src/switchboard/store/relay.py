@@ -176,13 +176,14 @@ class ClusterRelay:
     async def _loop(self) -> None:
         failures = 0
         while True:
+            connects = self.connects
             try:
                 await self._listen_once()
-                failures = 0  # the connection worked, then dropped: start the backoff again
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                failures += 1
+                # a connection that worked and then dropped starts the backoff from the beginning
+                failures = 1 if self.connects > connects else failures + 1
                 # The error's type only: a driver message can quote the connection string.
                 log.warning("relay connection failed", error=type(exc).__name__, failures=failures)
             self.connected.clear()
