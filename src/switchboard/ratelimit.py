@@ -1,8 +1,9 @@
 """Rate limits keyed by an id (endpoint, source, hook, address). In-process by default: those limits
-protect this instance's resources. A limit that is a promise to someone outside (SPEC-0024's 120
-notifications per minute per hook) is given a shared store on PostgreSQL (:class:`SharedWindow`,
-implemented by :class:`switchboard.store.windows.SharedWindows`) and then holds for the cluster:
-:meth:`WindowLimiter.admit` takes from the database instead of this process's log.
+protect this instance's resources. A limit that must hold for the cluster (SPEC-0024's 120
+notifications per minute per hook; the MCP call limit per endpoint) is given a shared store on
+PostgreSQL (:class:`SharedWindow`, implemented by :class:`switchboard.store.windows.SharedWindows`):
+:meth:`WindowLimiter.admit` takes from the database instead of this process's log, one admission at a
+time or in leased chunks (:class:`Leases`).
 
 One limiter for every limit in the tree (issue 16): :class:`WindowLimiter`, a sliding window and a
 *ceiling*. No ``window``-second interval ever holds more than ``limit`` admissions for one key. Where
