@@ -7,8 +7,8 @@ switchboard.notify.worker``) run the dispatcher: matching, the bounded queue, at
 
 Why several (``SWITCHBOARD_NOTIFY_PROCESSES``, one per core by default, at most 4): one child delivers on
 one core at most. Each endpoint's transitions always go to the same child (a hash of its id), so a
-hook's rate limit, health fold and disable live in one process, as with one child; the per-owner
-in-flight bound and the queue bound apply per child.
+hook's health fold and disable (and, on SQLite, its rate limit) live in one process, as with one child;
+the per-owner in-flight bound and the queue bound apply per child.
 
 The contract of REQ-7 holds across the pipe:
 
