@@ -667,8 +667,14 @@ def _s3(r: dict[str, Any]) -> list[str]:
     out = [
         "### 3. Overflow and memory",
         "",
-        f"{r['todos']:,} todos from signed fan-out deliveries ({r['endpoints']} endpoints, one hook each on a receiver that "
-        f"accepts TCP and never answers; every setting default). Ingest took {r['ingest_seconds']:.1f} s "
+        f"{r['todos']:,} todos from signed deliveries ({r['endpoints']} endpoints, each its own human's, one hook each on a "
+        "receiver that accepts TCP and never answers; every setting default"
+        + (
+            f"; each delivery goes to one endpoint's own source, routed to its {r['todos_per_delivery']} queues"
+            if "todos_per_delivery" in r
+            else ""
+        )
+        + f"). Ingest took {r['ingest_seconds']:.1f} s "
         f"({_rate(r['todos_per_second'])} todos/s).",
         "",
     ]
@@ -689,7 +695,14 @@ def _s3(r: dict[str, Any]) -> list[str]:
     )
     out += [
         f"* RSS: {r['rss_start_kib'] / 1024:.1f} MiB after start, peak {r['rss_peak_kib'] / 1024:.1f} MiB, growth "
-        f"{r['rss_growth_kib'] / 1024:.1f} MiB; {r['rss_settled_kib'] / 1024:.1f} MiB once settled."
+        f"{r['rss_growth_kib'] / 1024:.1f} MiB"
+        + (
+            f" ({r['rss_growth_after_first_kib'] / 1024:.1f} MiB from the RSS after the first "
+            f"{r['checkpoints'][0]['todos']:,} todos)"
+            if "rss_growth_after_first_kib" in r
+            else ""
+        )
+        + f"; {r['rss_settled_kib'] / 1024:.1f} MiB once settled."
         + _rss_by_process(r),
         f"* Counters once settled: {fmt(f['created'], 0)} todo.created transitions; {fmt(f['hub_overflow'], 0)} never "
         f"reached the notify subscriber (the transition hub's queue for it was full), counted in "

@@ -163,6 +163,7 @@ async def run(b: Bench) -> dict[str, Any]:
     samples = [kib for _, kib in sampler.samples]
     return {
         "endpoints": ENDPOINTS,
+        "todos_per_delivery": len(QUEUES),
         "todos": made,
         "ingest_seconds": ingest_seconds,
         "todos_per_second": made / ingest_seconds if ingest_seconds else 0.0,
@@ -172,6 +173,9 @@ async def run(b: Bench) -> dict[str, Any]:
         "rss_peak_kib": max([*samples, rss_settled.get("VmHWM", 0)]),
         "rss_settled_kib": rss_settled.get("VmRSS", 0),
         "rss_growth_kib": max([*samples, rss_settled.get("VmHWM", 0)]) - rss_start.get("VmRSS", 0),
+        # the same peak against the RSS after the first checkpoint (processes warmed up: a first
+        # attempt, statements compiled), to separate what the flood costs from what starting costs
+        "rss_growth_after_first_kib": max([*samples, rss_settled.get("VmHWM", 0)]) - points[0]["rss_kib"],
         "checkpoints": points,
         "final": final,
         "accounting": {
