@@ -256,8 +256,8 @@ async def _pgqueuer(
         cpu = meter.stop()
         check = await pgq.check(url, ids)
         ran = [i for r in results for i in r["ran"]]
-        first = min(r["first"] for r in results if r["ran"])
-        last = max(r["last"] for r in results if r["ran"])
+        first = min((r["first"] for r in results if r["ran"]), default=0.0)
+        last = max((r["last"] for r in results if r["ran"]), default=0.0)
         window = last - first
         runs.append(
             {
