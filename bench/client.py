@@ -375,8 +375,8 @@ async def job_mcp_claim(spec: dict[str, Any]) -> dict[str, Any]:
             t0 = time.monotonic()
             try:
                 got = await client.tool("claim_next", {})
-            except RuntimeError as exc:
-                errors[str(exc)[:80]] += 1
+            except (RuntimeError, httpx.HTTPError) as exc:
+                errors[(str(exc) or type(exc).__name__)[:80]] += 1
                 continue
             t1 = time.monotonic()
             todo = got.get("todo")
@@ -386,8 +386,8 @@ async def job_mcp_claim(spec: dict[str, Any]) -> dict[str, Any]:
             claimed.append(todo["id"])
             try:
                 await client.tool("ack", {"todo_id": todo["id"], "result": {"ok": True}})
-            except RuntimeError as exc:
-                errors[str(exc)[:80]] += 1
+            except (RuntimeError, httpx.HTTPError) as exc:
+                errors[(str(exc) or type(exc).__name__)[:80]] += 1
                 continue
             ack_lat.append(time.monotonic() - t1)
             per_agent[index] += 1
@@ -425,8 +425,8 @@ async def _mcp_claim_batch(spec: dict[str, Any]) -> dict[str, Any]:
             t0 = time.monotonic()
             try:
                 got = await client.tool("claim_many", {"max_todos": batch})
-            except RuntimeError as exc:
-                errors[str(exc)[:80]] += 1
+            except (RuntimeError, httpx.HTTPError) as exc:
+                errors[(str(exc) or type(exc).__name__)[:80]] += 1
                 continue
             t1 = time.monotonic()
             todos = got.get("todos") or []
@@ -439,8 +439,8 @@ async def _mcp_claim_batch(spec: dict[str, Any]) -> dict[str, Any]:
             acks = [{"todo_id": i, "result": {"ok": True}} for i in ids]
             try:
                 answer = await client.tool("ack_many", {"acks": acks})
-            except RuntimeError as exc:
-                errors[str(exc)[:80]] += 1
+            except (RuntimeError, httpx.HTTPError) as exc:
+                errors[(str(exc) or type(exc).__name__)[:80]] += 1
                 continue
             ack_lat.append(time.monotonic() - t1)
             for r in answer.get("results") or []:
