@@ -109,12 +109,15 @@ class AccountStore:
         if len(password) < 10:
             raise ValueError("password must be at least 10 characters")
         hid = new_id("hu")
+        # Hashed before the transaction: on SQLite a write transaction holds the database's write lock,
+        # and an argon2 hash inside it kept every other writer (ingest, claims) waiting for it.
+        password_hash = await asyncio.to_thread(_hasher.hash, password)
         async with self.db.begin() as conn:
             await conn.execute(
                 insert(humans).values(
                     id=hid,
                     email=email,
-                    password_hash=await asyncio.to_thread(_hasher.hash, password),
+                    password_hash=password_hash,
                     is_operator=operator,
                     created_at=ms(self.clock.now()),
                 )

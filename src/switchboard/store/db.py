@@ -86,6 +86,19 @@ class Database:
     def dialect(self) -> str:
         return self.engine.dialect.name
 
+    def cap_page_cache(self, kib: int) -> None:
+        """SQLite: hold at most ``kib`` KiB of pages per connection from now on (SQLite's default is
+        2,000 KiB per connection, filled by whatever the connection writes). For a process whose
+        database work is small reads and appends, like the notify worker's. No-op on PostgreSQL."""
+        if not self.is_sqlite:
+            return
+
+        @event.listens_for(self.engine.sync_engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute(f"PRAGMA cache_size=-{int(kib)}")
+            cur.close()
+
     @asynccontextmanager
     async def begin(self) -> AsyncIterator[AsyncConnection]:
         """A write transaction; driver errors come out as store errors."""
