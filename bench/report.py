@@ -553,7 +553,14 @@ def _s2(r: dict[str, Any]) -> list[str]:
     out = [
         "### 2. Dispatch throughput and latency",
         "",
-        f"{r['endpoints']} endpoints, one hook each, all on one HTTPS receiver process. Bursts of {r['burst']:,} POSTs, "
+        f"{r['endpoints']} endpoints, each its own human's, one hook each, all on one HTTPS receiver process. "
+        + (
+            f"Burst todos come from one delivery per endpoint to a source of its own, routed to "
+            f"{r['burst_todos_per_delivery']} of its queues (a source routes only to its own human's endpoints). "
+            if "burst_todos_per_delivery" in r
+            else ""
+        )
+        + f"Bursts of {r['burst']:,} POSTs, "
         f"{r['rounds']} rounds of Switchboard then the peers in turn; rate = requests received / (last arrival - "
         f"first arrival) at the receiver, mean of the rounds. Switchboard runs its default: "
         f"{r.get('worker_processes', 1)} notify worker process{'es' if r.get('worker_processes', 1) != 1 else ''} "

@@ -7,8 +7,10 @@ Every endpoint belongs to its own human (a multi-tenant instance), except in the
 
 1. warm-up (connections, caches, first TLS handshakes) and the Switchboard body size;
 2. ``ROUNDS`` rounds of three bursts of ``BURST`` POSTs to the same receiver:
-   * Switchboard: ``BURST`` todos created by fan-out deliveries (one signed delivery routed to all
-     endpoints makes one todo per endpoint, so ingest costs little of the burst), delivered by the
+   * Switchboard: ``BURST`` todos created by fan-out deliveries (a source routes only to its own
+     human's endpoints, so each endpoint has ``len(QUEUES)`` queues and a source of its own routed to
+     all of them: one signed delivery makes ``BURST_FANOUT`` todos for one tenant, and the burst sends
+     one delivery to each endpoint in turn, so ingest costs little of the burst), delivered by the
      dispatcher with its default settings (worker count included);
    * a2a-sdk: ``BasePushNotificationSender`` with its own ``httpx.AsyncClient``, one push config per
      task, ``send_notification`` driven by N concurrent tasks, Task bodies padded to the Switchboard
@@ -20,11 +22,13 @@ Every endpoint belongs to its own human (a multi-tenant instance), except in the
 3. sustained ``LIGHT_RATE`` todos/s, one todo per signed delivery (100 sources): latency when nothing
    queues;
 4. sustained ``LOW_RATE`` todos/s (the latency target's rate) and then ``HIGH_RATE`` todos/s (the
-   throughput target's rate), from fan-out deliveries (10 sources, each routed to 10 endpoints, so
-   ``rate/10`` deliveries/s): one todo per delivery at these rates would measure ingest, which saturates
-   first on this machine (scenario 1), instead of dispatch;
-5. the same Switchboard burst on a fresh server where one human owns all the endpoints: the
-   dispatcher's fairness is per owning human, so this is what a single-owner (homelab) instance gets.
+   throughput target's rate), from fan-out deliveries (each endpoint's source routed to
+   ``SUSTAINED_FANOUT`` of its queues, 100 sources in turn, so ``rate/10`` deliveries/s): one todo per
+   delivery at these rates would measure ingest, which saturates first on this machine (scenario 1),
+   instead of dispatch;
+5. the same Switchboard burst (same sources and routes) on a fresh server where one human owns all the
+   endpoints: the dispatcher's fairness is per owning human, so this is what a single-owner (homelab)
+   instance gets.
 
 Latency is measured at the receiver: the load generator writes ``t=<time.time()>`` into the PR title just
 before sending the delivery, and it comes back in ``summary``. So the interval covers the inbound
@@ -61,7 +65,10 @@ LOW_RATE, LOW_SECONDS = 300.0, 10.0
 HIGH_RATE, HIGH_SECONDS = 1000.0, 10.0
 WARMUP_TODOS = 500
 RATE_PER_MINUTE = 60_000
-HIGH_GROUPS = 10
+# A source routes only to its own human's endpoints, so fan-out happens across one endpoint's queues.
+QUEUES = tuple(f"q{i:02d}" for i in range(20))
+BURST_FANOUT = len(QUEUES)  # todos per burst delivery (one endpoint's source, routed to every queue)
+SUSTAINED_FANOUT = 10  # todos per delivery in the sustained fan-out phases (as many as before the rule)
 
 ESTIMATE = 230.0
 
@@ -77,15 +84,20 @@ async def setup(
 ) -> tuple[ServerProc, World]:
     server = b.server(name, b.settings(name, **settings_overrides(), **settings))
     port = receiver.ports[0]
-    groups = [list(range(g, ENDPOINTS, HIGH_GROUPS)) for g in range(HIGH_GROUPS)]
     world = await build_world(
         server.settings,
         endpoints=ENDPOINTS,
-        fanout_groups=[list(range(ENDPOINTS)), *groups],
+        queues=QUEUES,
+        tenant_fanouts=(BURST_FANOUT, SUSTAINED_FANOUT),
         hook_urls=[[f"https://{RECEIVER_HOST}:{port}/sb/{i}"] for i in range(ENDPOINTS)],
         owners=owners,
     )
     return server, world
+
+
+def sustained_targets(world: World) -> list[dict[str, str]]:
+    """The sources of the sustained fan-out phases: one per endpoint, ``SUSTAINED_FANOUT`` todos each."""
+    return [s.target() for s in world.tenant_fanouts[SUSTAINED_FANOUT]]
 
 
 async def _arrived(receiver: ReceiverProc, target: int, timeout: float) -> bool:
@@ -111,7 +123,7 @@ async def switchboard_burst(
 ) -> dict[str, Any]:
     await receiver.collect()
     base = (await receiver.stats())["requests"]
-    fan = world.fanout_sources[0]
+    fans = world.tenant_fanouts[BURST_FANOUT]  # taken in turn: one delivery per endpoint
     dropped_before = await _dropped(server)
     meter = CpuMeter({"server": server.pids(), "receiver": receiver.pid, "client": b.client.pid})
     meter.start()
@@ -119,9 +131,9 @@ async def switchboard_burst(
         "ingest",
         {
             "port": server.port,
-            "targets": [fan.target()],
+            "targets": [f.target() for f in fans],
             "rate": 0,
-            "count": todos // fan.fanout,
+            "count": todos // BURST_FANOUT,
             "concurrency": 4,
         },
     )
@@ -279,6 +291,7 @@ async def run(b: Bench) -> dict[str, Any]:
         "workers": PEER_CONCURRENCY,
         "worker_processes": Settings().notify_worker_processes(),  # the servers' default, on this machine
         "rate_per_minute": RATE_PER_MINUTE,
+        "burst_todos_per_delivery": BURST_FANOUT,
     }
     try:
         b.progress.phase("s2 dispatch: setup", 8)
@@ -332,7 +345,7 @@ async def run(b: Bench) -> dict[str, Any]:
                     detail[f"httpx@{conc}"] = await peer_burst(b, "httpx", receiver, burst, size, conc)
                 rounds_out.append(detail)
 
-            fan_targets = [s.target() for s in world.fanout_sources[1:]]
+            fan_targets = sustained_targets(world)
             b.progress.phase(f"s2 dispatch: sustained {LIGHT_RATE:.0f}/s", light_seconds + 3)
             light = await sustained(
                 b, server, receiver, [s.target() for s in world.own_sources], 1, LIGHT_RATE, light_seconds
@@ -343,7 +356,7 @@ async def run(b: Bench) -> dict[str, Any]:
                 server,
                 receiver,
                 fan_targets,
-                ENDPOINTS // HIGH_GROUPS,
+                SUSTAINED_FANOUT,
                 LOW_RATE,
                 low_seconds,
                 drain_timeout=30.0,
@@ -354,7 +367,7 @@ async def run(b: Bench) -> dict[str, Any]:
                 server,
                 receiver,
                 fan_targets,
-                ENDPOINTS // HIGH_GROUPS,
+                SUSTAINED_FANOUT,
                 HIGH_RATE,
                 high_seconds,
                 drain_timeout=15.0,
@@ -394,8 +407,8 @@ async def run(b: Bench) -> dict[str, Any]:
                 b,
                 inline,
                 receiver,
-                [s.target() for s in inline_world.fanout_sources[1:]],
-                ENDPOINTS // HIGH_GROUPS,
+                sustained_targets(inline_world),
+                SUSTAINED_FANOUT,
                 LOW_RATE,
                 low_seconds,
                 drain_timeout=30.0,

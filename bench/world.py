@@ -59,6 +59,8 @@ class World:
     own_sources: list[SourceInfo] = field(default_factory=list)
     # Fan-out sources: each routed to a group of endpoints (and every queue listed for them).
     fanout_sources: list[SourceInfo] = field(default_factory=list)
+    # ``tenant_fanouts[n][i]``: endpoint i's second source of its own human, routed to its first n queues.
+    tenant_fanouts: dict[int, list[SourceInfo]] = field(default_factory=dict)
     hooks: int = 0
 
 
@@ -72,6 +74,7 @@ async def build_world(
     hook_urls: Sequence[Sequence[str]] = (),
     owners: str = "per_endpoint",
     own_source_every_queue: bool = False,
+    tenant_fanouts: Sequence[int] = (),
 ) -> World:
     """``hook_urls[i]`` are endpoint i's hooks; ``fanout_groups`` lists endpoint indexes per fan-out
     source (routed to every queue in ``queues``). ``owners``: ``per_endpoint`` (every endpoint belongs to
@@ -79,7 +82,11 @@ async def build_world(
     dispatcher's fairness is per owning human, so this decides how many attempts may run at once.
     A source routes only to its own human's endpoints, so a fan-out group must share one owner; with
     ``own_source_every_queue`` each endpoint's own source is routed to every queue instead of the first,
-    so one delivery makes ``len(queues)`` todos for one tenant (a multi-tenant fan-out)."""
+    so one delivery makes ``len(queues)`` todos for one tenant (a multi-tenant fan-out). For each n in
+    ``tenant_fanouts`` every endpoint also gets a source of its own human routed to its first n queues
+    (one delivery: n todos for one tenant), beside its own one-todo source."""
+    if any(not 0 < n <= len(queues) for n in tenant_fanouts):
+        raise ValueError(f"tenant_fanouts {tuple(tenant_fanouts)} must be within 1..{len(queues)} queues")
     services = build_services(Settings(**settings), resolver=bench_resolver)
     world = World()
     try:
@@ -104,6 +111,12 @@ async def build_world(
                 for q in routed:
                     await services.sources.add_route(src.slug, q, ep.slug, None)
                 world.own_sources.append(SourceInfo(src.slug, secret, len(routed)))
+            for n in tenant_fanouts:
+                secret = mint_source_secret("gitea")
+                src = await services.sources.create(human, f"src-{i:03d}-x{n}", "gitea", "signature", secret)
+                for q in queues[:n]:
+                    await services.sources.add_route(src.slug, q, ep.slug, None)
+                world.tenant_fanouts.setdefault(n, []).append(SourceInfo(src.slug, secret, n))
         for g, group in enumerate(fanout_groups):
             secret = mint_source_secret("gitea")
             src = await services.sources.create(humans[0], f"fan-{g:03d}", "gitea", "signature", secret)
