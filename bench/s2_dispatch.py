@@ -38,7 +38,8 @@ commit-to-receiver. A second figure subtracts the todo's ``created_at`` (stamped
 start of the insert transaction, millisecond resolution), read from the database after the run.
 
 The per-hook rate limit (120/min by default) would cap 100 hooks at 200/s sustained, so it is raised to
-``RATE_PER_MINUTE`` for this scenario only; every other setting is the default.
+``RATE_PER_MINUTE`` for this scenario only, and the one-owner phase raises the endpoints a human may hold
+(50 by default) to ``ENDPOINTS``; every other setting is the default.
 """
 
 from __future__ import annotations
@@ -82,6 +83,9 @@ def settings_overrides() -> dict[str, Any]:
 async def setup(
     b: Bench, name: str, receiver: ReceiverProc, owners: str = "per_endpoint", **settings: Any
 ) -> tuple[ServerProc, World]:
+    if owners == "one":
+        # One human holds every endpoint: the per-human endpoint cap (50 by default) must admit them all.
+        settings.setdefault("endpoints_per_human", ENDPOINTS)
     server = b.server(name, b.settings(name, **settings_overrides(), **settings))
     port = receiver.ports[0]
     world = await build_world(
