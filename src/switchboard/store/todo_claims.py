@@ -24,11 +24,12 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from sqlalchemy import text
+from sqlalchemy import select, text
 
 from switchboard.clock import Clock, ms
 from switchboard.ids import new_id
 from switchboard.store.db import Database
+from switchboard.store.schema import todos
 from switchboard.store.transitions import Transition, TransitionHub
 from switchboard.text import admit
 
@@ -276,6 +277,13 @@ class TodoClaims:
                     await self.hub.run_in_transaction(conn, transitions)
         self.hub.publish(transitions)
         return rows
+
+    async def states(self, endpoint_id: str, ids: Sequence[str]) -> dict[str, str]:
+        """The status of each of ``ids`` that is this endpoint's todo (one read): why an ack did not move it."""
+        stmt = select(todos.c.id, todos.c.status).where(
+            todos.c.endpoint_id == endpoint_id, todos.c.id.in_(list(dict.fromkeys(ids)))
+        )
+        return {str(r.id): str(r.status) for r in await self.db.fetch(stmt)}
 
     def _moved(
         self, rows: list[Moved], transition: str, now: float, answer: Answer | None
