@@ -129,7 +129,7 @@ class Gate:
         endpoint_id = caller_endpoint_id()
         if endpoint_id is None:
             return error_result("forbidden", "this call is not authenticated as an endpoint")
-        if not self.limiter.allow(endpoint_id):
+        if not await self.limiter.admit(endpoint_id):  # PostgreSQL: the cluster's window (leased)
             per_minute = self.services.settings.mcp_rate_per_minute
             return error_result("rate_limited", f"over {per_minute} calls per minute; slow down and retry")
         if not self.offered(name):

@@ -33,7 +33,7 @@ from switchboard.notify.droplog import DropLog
 from switchboard.notify.fairness import OwnerFairness
 from switchboard.notify.flow import Flow
 from switchboard.notify.health import HealthRecorder
-from switchboard.notify.intake import Intake
+from switchboard.notify.intake import Intake, limit_key
 from switchboard.notify.notification import Notification, Signer, probe_result
 from switchboard.notify.outcomes import Outcomes
 from switchboard.notify.pool import WorkerPool
@@ -43,6 +43,7 @@ from switchboard.notify.timers import RetryTimers
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
 from switchboard.push import PushError, Sender, StatusError, new_message_id, standard_headers
+from switchboard.ratelimit import SharedWindow
 from switchboard.store.accounts import AccountStore
 from switchboard.store.presence import PresenceReturn
 from switchboard.store.todos import TodoStore
@@ -72,6 +73,7 @@ class Dispatcher:
         sign: Signer = standard_headers,
         drop_log: DropLog | None = None,
         deliveries: DeliveryLog | None = None,
+        shared_windows: SharedWindow | None = None,
     ) -> None:
         self.hooks, self.accounts, self.todos = hooks, accounts, todos
         self.sender, self.metrics, self.clock, self.sign = sender, metrics, clock, sign
@@ -96,6 +98,7 @@ class Dispatcher:
             flow=self.flow,
             queue_size=queue_size,
             rate_per_minute=rate_per_minute,
+            shared=shared_windows,
         )
         self.timers = RetryTimers(flow=self.flow, put=self.intake.put, outcomes=self.outcomes)
         self.reads = HookReads(hooks)
@@ -175,7 +178,7 @@ class Dispatcher:
         if hook is None:
             self.outcomes.end(n, "dropped", "hook_disabled")
             return probe_result(n)
-        if not self.intake.limiter.allow(hook_id):
+        if not await self.intake.limiter.admit(limit_key(hook_id)):
             self.outcomes.end(n, "dropped", "rate_limited")
             return probe_result(n)
         n.attempts = 1

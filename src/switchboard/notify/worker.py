@@ -132,4 +132,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from switchboard.quickexit import leave
+
+    leave(main())

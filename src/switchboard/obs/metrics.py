@@ -72,6 +72,25 @@ class Metrics:
             ["subscriber", "error"],
             registry=r,
         )
+        # The cluster relay (store/relay.py): other instances' ready transitions, on PostgreSQL.
+        self.relay_events = Counter(
+            "switchboard_cluster_relay_events_total",
+            "Transitions the cluster relay received from other instances (received), and payloads it "
+            "could not read (malformed).",
+            ["result"],
+            registry=r,
+        )
+        self.relay_connected = Gauge(
+            "switchboard_cluster_relay_connected",
+            "1 while the cluster relay's LISTEN connection is up (0: doorbells of other instances' "
+            "todos wait for the heartbeat).",
+            registry=r,
+        )
+        self.relay_reconnects = Counter(
+            "switchboard_cluster_relay_reconnects_total",
+            "Times the cluster relay's LISTEN connection came back after dropping.",
+            registry=r,
+        )
         self.ingest_seconds = Histogram(
             "switchboard_ingest_seconds",
             "Inbound webhook handling time.",

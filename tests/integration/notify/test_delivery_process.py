@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -115,9 +116,26 @@ async def test_a_killed_worker_loses_only_notifications_and_is_started_again(pen
 
 async def test_stopping_the_server_stops_the_worker(tmp_path: Path) -> None:
     async with notify_env(tmp_path, notify_process=True) as env:
+        await remote(env).idle()  # a line beyond the hello: from here on it may hold work
         proc = remote(env).workers[0].proc
         assert proc is not None and proc.returncode is None
     assert proc.returncode == 0  # it drained and exited on its own, not killed
+
+
+async def test_a_worker_handed_nothing_is_not_waited_for_at_stop(tmp_path: Path) -> None:
+    """A child still starting (here: one that never gets past its imports) holds no work: the stop
+    ends it at once instead of waiting out the drain timeout and grace for it."""
+    settings = make_settings(tmp_path, notify_process=True)
+    services = build_services(settings)
+    never_ready = [sys.executable, "-c", "import time; time.sleep(3600)"]
+    dispatcher = RemoteDispatcher(services, retry_delays=[1.0], command=never_ready, drain_timeout=60.0)
+    await dispatcher.start()
+    proc = dispatcher.workers[0].proc
+    assert proc is not None and proc.returncode is None
+    async with asyncio.timeout(30):  # not the 60 s drain plus grace
+        await dispatcher.stop()
+    assert proc.returncode == -signal.SIGKILL
+    await services.close()
 
 
 def test_a_memory_database_is_refused(tmp_path: Path) -> None:
