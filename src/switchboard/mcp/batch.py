@@ -92,15 +92,12 @@ class Claimer:
 
     def __init__(self, services: Services) -> None:
         self.services = services
-        self.waiters = ClaimWaiters(
-            services.metrics.claim_waiters,
-            # Until the hub delivers other instances' transitions, a waiter on PostgreSQL re-checks
-            # once a second, so a todo ingested on another instance waits at most that long.
-            fallback_seconds=1.0 if services.db.dialect == "postgresql" else None,
-        )
-        # Reads only Transition.ready, endpoint_id and queue: subscribe it with remote=True once the
-        # hub carries transitions committed on other instances.
-        services.hub.subscribe("claim_waiters", self.waiters.on_transition)
+        self.waiters = ClaimWaiters(services.metrics.claim_waiters)
+        # Reads only Transition.ready, endpoint_id and queue, and its effect is per instance (it wakes
+        # this instance's waiting calls): remote, so a todo made ready on another instance sharing
+        # PostgreSQL wakes them too (store/relay.py); after a relay gap every waiter re-checks.
+        services.hub.subscribe("claim_waiters", self.waiters.on_transition, remote=True)
+        services.hub.on_remote_gap(self.waiters.wake_all)
 
     def wanted(self, endpoint: Endpoint, queues: Sequence[str] | None) -> list[str]:
         return require_queues(endpoint, queues) if queues is not None else list(endpoint.queues)

@@ -3,9 +3,10 @@ until a todo becomes ready on one of its queues, instead of the consumer polling
 
 In-process and per instance: the registry maps (endpoint id, queue) to the events of the calls waiting
 on it, and a transition-hub subscriber (``claim_waiters``) sets only the events of the todo's endpoint
-and queue. It reads nothing but ``Transition.ready``, ``endpoint_id`` and ``queue``, so it serves
-transitions committed on other instances unchanged once the hub delivers those (until then, on
-PostgreSQL, ``fallback_seconds`` re-checks bound how late such a todo is seen).
+and queue. It reads nothing but ``Transition.ready``, ``endpoint_id`` and ``queue``; it is subscribed
+with ``remote=True``, so on PostgreSQL the transitions other instances commit (the cluster relay) wake
+it too, and after a relay gap :meth:`ClaimWaiters.wake_all` makes every waiter re-check.
+``fallback_seconds`` (off by default) would add a periodic re-check on top.
 
 A waiter is a ``with`` block: it leaves the registry when its call returns, times out or is cancelled
 (a modern client that closes its response stream cancels the call). The claim is re-checked after the
@@ -65,6 +66,12 @@ class ClaimWaiters:
             return
         for rang in self._by_queue.get((t.endpoint_id, t.queue), ()):
             rang.set()
+
+    async def wake_all(self) -> None:
+        """Every waiter re-checks (transitions may have been missed: the relay's connection dropped)."""
+        for events in self._by_queue.values():
+            for rang in events:
+                rang.set()
 
     async def claim_or_wait(
         self,

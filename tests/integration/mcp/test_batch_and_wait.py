@@ -6,7 +6,8 @@ webhooks.
   both racing: every id claimed once, none with attempt > 1, every ack done.
 * ``ack_many`` answers each item: done, not_found, conflict, invalid_argument, in order.
 * Grants: the batch verbs ride on ``claim_next`` and ``ack``; without ``ack`` no ``ack_many``.
-* ``claim_next(wait_seconds)``: a todo ingested during the wait is returned long before the deadline;
+* ``claim_next(wait_seconds)``: a todo ingested during the wait (on PostgreSQL: through the other
+  instance) is returned long before the deadline;
   with nothing ingested the answer is null at the deadline; a waiter whose client goes away leaves.
 * Bad input is ``invalid_argument`` and changes nothing.
 """
@@ -213,6 +214,12 @@ async def test_two_instances_race_with_batches_and_nothing_is_claimed_twice(
         reveal(tenant.token)
         ids = await webhooks(one, tenant, 60) + await webhooks(two, tenant, 60)
         claimed: list[str] = []
+        # One call through each instance first, one after the other: the cluster-wide call limit creates
+        # an endpoint's window on its first use, and two instances racing to create it refuse the
+        # loser's calls for a lease (store/windows.py; reported in issue 18, not this test's subject).
+        for server in (one, two):
+            async with agent(server.mcp_url, tenant.token) as c:
+                await c.ok("whoami")
 
         async def consume(server: ServerProcess) -> None:
             async with agent(server.mcp_url, tenant.token) as c:
@@ -224,6 +231,19 @@ async def test_two_instances_race_with_batches_and_nothing_is_claimed_twice(
                     assert all(r["ok"] for r in results), results
 
         await asyncio.gather(*(consume(s) for s in (one, two, one, two)))
+        # A claim waiting on instance two wakes for a todo ingested through instance one.
+        async with agent(two.mcp_url, tenant.token) as c:
+            started = time.monotonic()
+            waiting = asyncio.create_task(c.ok("claim_next", {"wait_seconds": WAIT}))
+            await until_metric(two, "switchboard_mcp_claim_waiters", 1)
+            (late,) = await webhooks(one, tenant, 1, prefix="late")
+            answer = await asyncio.wait_for(waiting, WAIT)
+            took = time.monotonic() - started
+            assert answer["todo"] is not None and answer["todo"]["id"] == late
+            assert took < WAIT / 2, f"the wait on instance two returned after {took:.1f} s"
+            await c.ok("ack_many", {"acks": [{"todo_id": late}]})
+        ids.append(late)
+        claimed.append(late)
         assert [i for i, n in Counter(claimed).items() if n > 1] == []
         assert sorted(claimed) == sorted(ids)
         engine = create_async_engine(pg_url)
