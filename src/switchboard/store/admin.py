@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from switchboard.clock import Clock, ms
 from switchboard.ids import new_id
 from switchboard.store.accounts import EMAIL
+from switchboard.store.changes import EndpointChanges
 from switchboard.store.db import Database
 from switchboard.store.errors import Conflict, NotFound
 from switchboard.store.schema import endpoints, humans, notify_hooks, routes, sources, todos
@@ -51,8 +52,9 @@ class Invite:
 
 
 class AdminStore:
-    def __init__(self, db: Database, clock: Clock) -> None:
+    def __init__(self, db: Database, clock: Clock, changes: EndpointChanges | None = None) -> None:
         self.db, self.clock = db, clock
+        self.changes = changes or EndpointChanges()
 
     # -- passwords and sessions ---------------------------------------------------------------------
 
@@ -126,6 +128,7 @@ class AdminStore:
             if row.is_operator and await self._operators(conn) <= 1:
                 raise Conflict("this is the last operator: grant the role to someone else first")
             await conn.execute(delete(humans).where(humans.c.id == human_id))
+        self.changes.bump_all()  # their endpoints went with them
         return gone
 
     async def endpoint_dependents(self, endpoint_id: str) -> dict[str, int]:
@@ -148,6 +151,7 @@ class AdminStore:
             done = await conn.execute(delete(endpoints).where(endpoints.c.id == endpoint_id))
             if done.rowcount != 1:
                 raise NotFound("no such endpoint")
+        self.changes.bump(endpoint_id)
         return gone
 
     async def source_dependents(self, source_id: str) -> dict[str, int]:

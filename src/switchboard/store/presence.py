@@ -15,6 +15,7 @@ from sqlalchemy import select, update
 
 from switchboard.clock import Clock, ms
 from switchboard.obs.logs import get_logger
+from switchboard.store.changes import EndpointChanges
 from switchboard.store.db import Database
 from switchboard.store.schema import endpoints
 
@@ -36,8 +37,9 @@ PresenceListener = Callable[[PresenceReturn], Awaitable[None]]
 
 
 class PresenceStore:
-    def __init__(self, db: Database, clock: Clock) -> None:
+    def __init__(self, db: Database, clock: Clock, changes: EndpointChanges | None = None) -> None:
         self.db, self.clock = db, clock
+        self.changes = changes or EndpointChanges()
         self._listeners: list[PresenceListener] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -70,6 +72,7 @@ class PresenceStore:
                     )
                 )
             ).one()
+        self.changes.bump(endpoint_id)
         effective = str(row.presence_override or row.presence)
         await self.announce(endpoint_id, effective, reason)
         return effective
@@ -84,6 +87,8 @@ class PresenceStore:
                 .returning(endpoints.c.id)
             )
             won = moved.first() is not None
+        if won:
+            self.changes.bump(endpoint_id)
         if won and effective == "in":
             event = PresenceReturn(endpoint_id, reason, self.clock.now())
             for listener in self._listeners:
