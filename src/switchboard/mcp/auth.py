@@ -29,6 +29,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, RevocationOptions
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import PrivateAttr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from switchboard.mcp.errors import error_result
@@ -56,10 +57,22 @@ VERIFIED_KEPT = 4096  # credentials remembered at most (one per endpoint in use)
 # for, and whose scopes are the verbs it may call now.
 
 
+class EndpointAccess(AccessToken):
+    """An endpoint credential's ``AccessToken``, carrying the endpoint row it was verified as, so the
+    gate takes the row from the request's own token (no second read, no lookup, no race with another
+    request of the same credential). The row is not a field: it is not compared or serialized."""
+
+    _endpoint: Endpoint | None = PrivateAttr(default=None)
+
+    @property
+    def endpoint(self) -> Endpoint | None:
+        return self._endpoint
+
+
 @dataclass(slots=True)
 class _Verified:
     endpoint: Endpoint
-    access: AccessToken
+    access: EndpointAccess
     generation: tuple[int, int]  # EndpointChanges.generation before the read
     version: int | None  # SQLite's data_version before the read (None on PostgreSQL)
     at: float
@@ -110,19 +123,19 @@ class EndpointTokenVerifier:
             hit = self._fresh(key)
             if hit is not None:
                 return hit.access
-            self._verified.pop(key, None)  # the gate must never see an older row for this request
             # Stamp before reading: a change that commits meanwhile makes the entry stale, not wrong.
             version = self._version.current() if self._version is not None else None
             changes = self._changes.total
             endpoint = await self._accounts.endpoint_by_token(token)
             if endpoint is not None:
-                access = AccessToken(
+                access = EndpointAccess(
                     token=token,
                     client_id=endpoint.id,
                     scopes=list(endpoint.verbs),
                     subject=endpoint.slug,
                     claims={ENDPOINT_CLAIM: endpoint.id, VIA_CLAIM: VIA_CREDENTIAL},
                 )
+                access._endpoint = endpoint
                 if self._changes.total == changes:  # else an endpoint changed while we read: no entry
                     self._remember(key, endpoint, access, version)
                 return access
@@ -135,12 +148,7 @@ class EndpointTokenVerifier:
     def verified(self, access: AccessToken) -> Endpoint | None:
         """The endpoint this request's credential was verified as, or None (an OAuth token, or an
         entry no longer current): then the caller reads it itself."""
-        if (access.claims or {}).get(VIA_CLAIM) != VIA_CREDENTIAL:
-            return None
-        hit = self._verified.get(hash_token(access.token))
-        if hit is None or hit.endpoint.id != endpoint_id_of(access):
-            return None
-        return hit.endpoint
+        return access.endpoint if isinstance(access, EndpointAccess) else None
 
     def _fresh(self, key: str) -> _Verified | None:
         hit = self._verified.get(key)
@@ -152,7 +160,7 @@ class EndpointTokenVerifier:
             return None
         return hit
 
-    def _remember(self, key: str, endpoint: Endpoint, access: AccessToken, version: int | None) -> None:
+    def _remember(self, key: str, endpoint: Endpoint, access: EndpointAccess, version: int | None) -> None:
         if self._version is not None and version is None:
             return  # the file's version could not be read: nothing to vouch for the row later
         generation = self._changes.generation(endpoint.id)

@@ -74,8 +74,10 @@ async def test_this_process_changes_apply_to_the_next_request(
     assert verifier.verified(narrowed) is not None and verifier.verified(narrowed).verbs == ("ack",)  # type: ignore[union-attr]
 
     await PresenceStore(accounts.db, clock, accounts.changes).set_clocked(endpoint_id, "out")
-    await verifier.verify_token(token)
-    assert accounts.reads == 3 and verifier.verified(narrowed).presence == "out"  # type: ignore[union-attr]
+    out = await verifier.verify_token(token)
+    assert out is not None and accounts.reads == 3
+    assert verifier.verified(out).presence == "out"  # type: ignore[union-attr]
+    assert verifier.verified(narrowed).presence == "in"  # type: ignore[union-attr]  # each request its own row
 
     await accounts.revoke_token(endpoint_id)
     assert await verifier.verify_token(token) is None
