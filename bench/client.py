@@ -13,7 +13,10 @@ Jobs (sent over a ``multiprocessing`` pipe as ``(kind, spec)``; the reply is ``(
 * ``httpx``: a bare ``httpx.AsyncClient`` POST loop (no validation, signing or health writes), same
   concurrency and body size: the ceiling on this machine.
 * ``mcp_claim``: consumers doing ``claim_next`` then ``ack`` over MCP streamable HTTP (JSON-RPC on
-  httpx, the same wire as the SDK client) until their queues are empty or time runs out.
+  httpx, the same wire as the SDK client) until their queues are empty or time runs out; with
+  ``batch: N``, ``claim_many`` (up to N todos per call) then one ``ack_many`` of everything claimed.
+* ``mcp_tools``: the tool names a server lists to one endpoint (``tools/list``).
+* ``pgq``: pgqueuer queue managers draining its queue (scenario 4's peer, :mod:`bench.pgq`).
 
 Every job is bounded by a count and a ``max_seconds`` deadline.
 """
@@ -340,8 +343,23 @@ class _Mcp:
     async def close(self) -> None:
         await self.http.aclose()
 
+    async def tool_names(self) -> list[str]:
+        result = await self._rpc("tools/list", {})
+        return [t["name"] for t in result.get("tools", [])]
+
+
+async def job_mcp_tools(spec: dict[str, Any]) -> dict[str, Any]:
+    client = _Mcp(spec["base_url"], spec["token"])
+    try:
+        await client.start()
+        return {"tools": await client.tool_names()}
+    finally:
+        await client.close()
+
 
 async def job_mcp_claim(spec: dict[str, Any]) -> dict[str, Any]:
+    if spec.get("batch"):
+        return await _mcp_claim_batch(spec)
     deadline = time.monotonic() + spec.get("max_seconds", 60.0)
     claimed: list[str] = []
     claim_lat: list[float] = []
@@ -357,8 +375,8 @@ async def job_mcp_claim(spec: dict[str, Any]) -> dict[str, Any]:
             t0 = time.monotonic()
             try:
                 got = await client.tool("claim_next", {})
-            except RuntimeError as exc:
-                errors[str(exc)[:80]] += 1
+            except (RuntimeError, httpx.HTTPError) as exc:
+                errors[(str(exc) or type(exc).__name__)[:80]] += 1
                 continue
             t1 = time.monotonic()
             todo = got.get("todo")
@@ -368,8 +386,8 @@ async def job_mcp_claim(spec: dict[str, Any]) -> dict[str, Any]:
             claimed.append(todo["id"])
             try:
                 await client.tool("ack", {"todo_id": todo["id"], "result": {"ok": True}})
-            except RuntimeError as exc:
-                errors[str(exc)[:80]] += 1
+            except (RuntimeError, httpx.HTTPError) as exc:
+                errors[(str(exc) or type(exc).__name__)[:80]] += 1
                 continue
             ack_lat.append(time.monotonic() - t1)
             per_agent[index] += 1
@@ -388,6 +406,70 @@ async def job_mcp_claim(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+async def _mcp_claim_batch(spec: dict[str, Any]) -> dict[str, Any]:
+    """``claim_many`` (at most ``batch`` todos per call) then one ``ack_many`` of all of them, until a
+    claim comes back empty. A todo counts as completed when ``ack_many`` reports it ``ok``."""
+    deadline = time.monotonic() + spec.get("max_seconds", 60.0)
+    batch = int(spec["batch"])
+    claimed: list[str] = []
+    acked: list[str] = []
+    claim_lat: list[float] = []
+    ack_lat: list[float] = []
+    sizes: Counter[int] = Counter()
+    errors: Counter[str] = Counter()
+    clients = [_Mcp(a["base_url"], a["token"]) for a in spec["agents"]]
+    await asyncio.gather(*(c.start() for c in clients))
+
+    async def consume(client: _Mcp) -> None:
+        while time.monotonic() < deadline:
+            t0 = time.monotonic()
+            try:
+                got = await client.tool("claim_many", {"max_todos": batch})
+            except (RuntimeError, httpx.HTTPError) as exc:
+                errors[(str(exc) or type(exc).__name__)[:80]] += 1
+                continue
+            t1 = time.monotonic()
+            todos = got.get("todos") or []
+            if not todos:
+                return
+            claim_lat.append(t1 - t0)
+            sizes[len(todos)] += 1
+            ids = [t["id"] for t in todos]
+            claimed.extend(ids)
+            acks = [{"todo_id": i, "result": {"ok": True}} for i in ids]
+            try:
+                answer = await client.tool("ack_many", {"acks": acks})
+            except (RuntimeError, httpx.HTTPError) as exc:
+                errors[(str(exc) or type(exc).__name__)[:80]] += 1
+                continue
+            ack_lat.append(time.monotonic() - t1)
+            for r in answer.get("results") or []:
+                if r.get("ok"):
+                    acked.append(r["todo_id"])
+                else:
+                    errors[f"ack_many: {r.get('error', r)}"[:80]] += 1
+
+    started = time.monotonic()
+    await asyncio.gather(*(consume(c) for c in clients))
+    elapsed = time.monotonic() - started
+    await asyncio.gather(*(c.close() for c in clients))
+    return {
+        "claimed": claimed,
+        "acked": acked,
+        "claim_latency": claim_lat,
+        "ack_latency": ack_lat,
+        "batch_sizes": dict(sizes),
+        "errors": dict(errors),
+        "elapsed": elapsed,
+    }
+
+
+async def job_pgq(spec: dict[str, Any]) -> dict[str, Any]:
+    from bench import pgq
+
+    return await pgq.consume(spec)
+
+
 async def job_warm(spec: dict[str, Any]) -> dict[str, Any]:
     """Import what the timed jobs need, so no job pays for imports."""
     import a2a.server.tasks
@@ -401,6 +483,8 @@ JOBS: dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {
     "a2a": job_a2a,
     "httpx": job_httpx,
     "mcp_claim": job_mcp_claim,
+    "mcp_tools": job_mcp_tools,
+    "pgq": job_pgq,
     "warm": job_warm,
 }
 

@@ -127,13 +127,14 @@ def children_of(pid: int) -> list[int]:
 
 def memory_kib(pids: int | Sequence[int]) -> dict[str, int]:
     """VmRSS and VmHWM (peak RSS) in KiB, summed over ``pids`` (the server and its notify worker: the sum
-    of the peaks bounds the peak of the sum from above)."""
+    of the peaks bounds the peak of the sum from above), with RSS split into anonymous memory (the heap),
+    file-backed pages and shared memory (SQLite's WAL index is a shared mapping)."""
     out: dict[str, int] = {}
     for pid in [pids] if isinstance(pids, int) else pids:
         try:
             for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                 key, _, value = line.partition(":")
-                if key in ("VmRSS", "VmHWM"):
+                if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem"):
                     out[key] = out.get(key, 0) + int(value.split()[0])
         except OSError:
             pass

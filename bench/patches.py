@@ -121,7 +121,8 @@ def one_read_per_attempt() -> None:
     from switchboard.notify.reads import HookReads
 
     async def sendable(self: Any, hook_id: str) -> Any:
-        return await self._hooks.sendable(hook_id)
+        row = (await self._hooks.sendable_rows([hook_id]))[hook_id]
+        return None if row is None else self._hooks.open_sendable(hook_id, row)
 
     HookReads.sendable = sendable  # type: ignore[method-assign]
 

@@ -158,25 +158,101 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str]]:
                 _target(s3["db_claimable"] == s3["todos"]),
             )
         )
+        growth = s3["rss_growth_kib"] / 1024
+        rows.append(
+            (
+                f"{s3['todos'] // 1000}k overflowing todos: RSS growth < 50 MiB (server + workers)",
+                f"+{growth:,.1f} MiB",
+                _target(growth < 50),
+            )
+        )
     s4 = results.get("s4")
     if s4:
-        for db in ("sqlite", "postgres"):
-            r = s4.get(db, {})
-            if "double_claims" in r:
-                clean = (
-                    r["double_claims"] == 0
-                    and r["db_attempt_gt_1"] == 0
-                    and r["db_still_claimed"] == 0
-                    and r["db_done"] == r["completed"]
+        rows += _s4_targets(s4)
+    return rows
+
+
+def _no_double_claim(r: dict[str, Any]) -> tuple[str, bool]:
+    """A Switchboard variant's claim check, as measured and whether it is clean."""
+    clean = (
+        r["double_claims"] == 0
+        and r["db_attempt_gt_1"] == 0
+        and r["db_still_claimed"] == 0
+        and r["db_done"] == r["completed"]
+    )
+    return (
+        f"{r['double_claims']} double, {r['db_attempt_gt_1']} claimed twice, "
+        f"{r['db_done']:,} done = {r['completed']:,} acked",
+        clean,
+    )
+
+
+def _s4_targets(s4: dict[str, Any]) -> list[tuple[str, str, str]]:
+    rows: list[tuple[str, str, str]] = []
+    lite = s4.get("sqlite", {})
+    if "todos_per_second" in lite:
+        rate, p99 = lite["todos_per_second"], lite["claim_latency"]["p99"]
+        rows.append(
+            ("claim_next+ack, SQLite, 1 instance: >= 300 todos/s", f"{rate:,.0f}/s", _target(rate >= 300))
+        )
+        rows.append(("claim p99 < 50 ms (SQLite)", f"{p99:,.1f} ms", _target(p99 < 50)))
+    pg = s4.get("postgres", {})
+    if "todos_per_second" in pg:
+        rate, p99 = pg["todos_per_second"], pg["claim_latency"]["p99"]
+        rows.append(
+            (
+                "claim_next+ack, PostgreSQL, 2 instances: >= 500 todos/s",
+                f"{rate:,.0f}/s",
+                _target(rate >= 500),
+            )
+        )
+        ratios = pg.get("ratios", {})
+        peer = pg.get("variants", {}).get("pgqueuer_1", {})
+        if "one" in ratios:
+            rows.append(
+                (
+                    ">= 0.35x pgqueuer, one job per dequeue",
+                    f"{ratios['one']:.2f}x ({rate:,.0f} against {peer['jobs_per_second']:,.0f}/s)",
+                    _target(ratios["one"] >= 0.35),
                 )
-                rows.append(
-                    (
-                        f"no double claim ({db})",
-                        f"{r['double_claims']} double, {r['db_attempt_gt_1']} claimed twice, "
-                        f"{r['db_done']:,} done = {r['completed']:,} acked",
-                        _target(clean),
-                    )
+            )
+        rows.append(("claim p99 < 50 ms (PostgreSQL, one per call)", f"{p99:,.1f} ms", _target(p99 < 50)))
+        batch = pg.get("variants", {}).get("batch", {})
+        if "todos_per_second" in batch:
+            b_rate = batch["todos_per_second"]
+            theirs = pg["variants"].get("pgqueuer_batch", {}).get("jobs_per_second", 0.0)
+            rows.append(
+                (
+                    f"claim_many+ack_many, 2 instances: >= 2,000 todos/s (pgqueuer batch {s4.get('batch', 10)}: "
+                    f"{theirs:,.0f}/s)",
+                    f"{b_rate:,.0f}/s ({ratios.get('batch', 0.0):.2f}x)",
+                    _target(b_rate >= 2000),
                 )
+            )
+        elif batch:
+            rows.append(
+                ("claim_many+ack_many, 2 instances: >= 2,000 todos/s", batch.get("skipped", "n/a"), "n/a")
+            )
+    for label, r in (
+        ("sqlite", lite),
+        ("postgres, one per call", pg),
+        ("postgres, batches", pg.get("variants", {}).get("batch", {})),
+    ):
+        if "double_claims" in r:
+            measured, clean = _no_double_claim(r)
+            rows.append((f"no double claim ({label})", measured, _target(clean)))
+    for key in ("pgqueuer_1", "pgqueuer_batch"):
+        p = pg.get("variants", {}).get(key, {})
+        if "clean" in p:
+            rows.append(
+                (
+                    f"no double claim (pgqueuer, batch {p['batch']}, {len(p['runs'])} runs)",
+                    f"{sum(r['double_claims'] for r in p['runs'])} double, "
+                    f"{sum(r['not_run'] for r in p['runs'])} not run, "
+                    f"{sum(r['left_in_queue'] for r in p['runs'])} left queued",
+                    _target(p["clean"]),
+                )
+            )
     return rows
 
 
@@ -239,6 +315,7 @@ def final_table(meta: dict[str, Any], results: dict[str, Any]) -> str:
                     f"4. claim_next+ack on {db} ({r['instances']} instance(s), {r['agents']} consumers): "
                     f"{r['todos_per_second']:,.0f} todos/s, double claims {r['double_claims']}"
                 )
+                lines += _s4_lines(s4, r)
             elif r:
                 lines.append(f"4. {db}: {r.get('skipped', 'n/a')}")
     s5 = results.get("s5")
@@ -254,6 +331,37 @@ def final_table(meta: dict[str, Any], results: dict[str, Any]) -> str:
         for target, measured, status in rows:
             lines.append(f"   {status:<7} {target}: {measured}")
     return "\n".join(lines)
+
+
+def _s4_lines(s4: dict[str, Any], r: dict[str, Any]) -> list[str]:
+    """Scenario 4's lines beside the one-todo-per-call line: claim p99, and on PostgreSQL the peer and
+    the batch variant, each with Switchboard's ratio."""
+    lines = [f"   claim p50 {r['claim_latency']['p50']:.1f} ms, p99 {r['claim_latency']['p99']:.1f} ms"]
+    variants, ratios = r.get("variants", {}), r.get("ratios", {})
+    peer = variants.get("pgqueuer_1", {})
+    if "jobs_per_second" in peer:
+        lines.append(
+            f"   pgqueuer, one job per dequeue ({peer['processes']} processes, {peer['consumers']} consumers): "
+            f"{peer['jobs_per_second']:,.0f} jobs/s, dequeue p99 {peer['claim_latency']['p99']:.1f} ms; "
+            f"Switchboard / pgqueuer {ratios.get('one', float('nan')):.2f}x"
+        )
+    batch = variants.get("batch", {})
+    if "todos_per_second" in batch:
+        lines.append(
+            f"   claim_many+ack_many on postgres ({batch['instances']} instance(s), {batch['agents']} consumers, "
+            f"up to {s4.get('batch', 10)} per call): {batch['todos_per_second']:,.0f} todos/s, claim p99 "
+            f"{batch['claim_latency']['p99']:.1f} ms, double claims {batch['double_claims']}"
+        )
+    elif batch:
+        lines.append(f"   claim_many+ack_many: {batch.get('skipped', 'n/a')}")
+    peer10 = variants.get("pgqueuer_batch", {})
+    if "jobs_per_second" in peer10:
+        lines.append(
+            f"   pgqueuer, batch of {peer10['batch']} (its default): {peer10['jobs_per_second']:,.0f} jobs/s, "
+            f"dequeue p99 {peer10['claim_latency']['p99']:.1f} ms"
+            + (f"; Switchboard batches / pgqueuer {ratios['batch']:.2f}x" if "batch" in ratios else "")
+        )
+    return lines
 
 
 # -- the document -------------------------------------------------------------------------------------
@@ -559,8 +667,14 @@ def _s3(r: dict[str, Any]) -> list[str]:
     out = [
         "### 3. Overflow and memory",
         "",
-        f"{r['todos']:,} todos from signed fan-out deliveries ({r['endpoints']} endpoints, one hook each on a receiver that "
-        f"accepts TCP and never answers; every setting default). Ingest took {r['ingest_seconds']:.1f} s "
+        f"{r['todos']:,} todos from signed deliveries ({r['endpoints']} endpoints, each its own human's, one hook each on a "
+        "receiver that accepts TCP and never answers; every setting default"
+        + (
+            f"; each delivery goes to one endpoint's own source, routed to its {r['todos_per_delivery']} queues"
+            if "todos_per_delivery" in r
+            else ""
+        )
+        + f"). Ingest took {r['ingest_seconds']:.1f} s "
         f"({_rate(r['todos_per_second'])} todos/s).",
         "",
     ]
@@ -581,7 +695,15 @@ def _s3(r: dict[str, Any]) -> list[str]:
     )
     out += [
         f"* RSS: {r['rss_start_kib'] / 1024:.1f} MiB after start, peak {r['rss_peak_kib'] / 1024:.1f} MiB, growth "
-        f"{r['rss_growth_kib'] / 1024:.1f} MiB; {r['rss_settled_kib'] / 1024:.1f} MiB once settled.",
+        f"{r['rss_growth_kib'] / 1024:.1f} MiB"
+        + (
+            f" ({r['rss_growth_after_first_kib'] / 1024:.1f} MiB from the RSS after the first "
+            f"{r['checkpoints'][0]['todos']:,} todos)"
+            if "rss_growth_after_first_kib" in r
+            else ""
+        )
+        + f"; {r['rss_settled_kib'] / 1024:.1f} MiB once settled."
+        + _rss_by_process(r),
         f"* Counters once settled: {fmt(f['created'], 0)} todo.created transitions; {fmt(f['hub_overflow'], 0)} never "
         f"reached the notify subscriber (the transition hub's queue for it was full), counted in "
         f'`switchboard_transition_subscriber_errors_total{{subscriber="notify_hooks",error="overflow"}}`'
@@ -611,54 +733,125 @@ def _s3(r: dict[str, Any]) -> list[str]:
     return out
 
 
+def _rss_by_process(r: dict[str, Any]) -> str:
+    """Each process's RSS after start and once settled, with its heap (anonymous memory) part."""
+    start, settled = r.get("rss_start_by_process"), r.get("rss_settled_by_process")
+    if not start or not settled:
+        return ""
+    before = {p["pid"]: p for p in start}
+    parts = []
+    for i, p in enumerate(settled):
+        name = "server" if i == 0 else f"worker {i}"
+        b = before.get(p["pid"], {})
+        parts.append(
+            f"{name} {b.get('VmRSS', 0) / 1024:.0f} -> {p.get('VmRSS', 0) / 1024:.0f} MiB "
+            f"(anonymous {b.get('RssAnon', 0) / 1024:.0f} -> {p.get('RssAnon', 0) / 1024:.0f}, peak "
+            f"{p.get('VmHWM', 0) / 1024:.0f})"
+        )
+    return " Per process, after start -> settled: " + "; ".join(parts) + "."
+
+
 def _s4(r: dict[str, Any]) -> list[str]:
     out = [
         "### 4. Claim path",
         "",
         f"{r['endpoints']} endpoints x {len(r['queues'])} queues, {r['agents_per_endpoint']} consumers per endpoint racing "
-        f"for the same rows; each loops `claim_next` then `ack` over MCP until its queues are empty. MCP rate limit "
-        f"raised to {r['mcp_rate_per_minute']:,}/min/endpoint for this scenario.",
+        f"for the same rows, until their queues are empty (at most 15 s). MCP rate limit raised to "
+        f"{r['mcp_rate_per_minute']:,}/min/endpoint for this scenario. On PostgreSQL, in this order on one "
+        "cluster: Switchboard one todo per call, pgqueuer one job per dequeue, Switchboard in batches, pgqueuer "
+        "with its default batch (each pgqueuer figure is the median of its runs).",
         "",
     ]
     rows = []
-    for db in ("sqlite", "postgres"):
-        x = r.get(db, {})
-        if "todos_per_second" not in x:
-            rows.append([db, "-", "-", "-", "-", "-", "-", "-", "-", x.get("skipped", "n/a")])
-            continue
-        rows.append(
-            [
-                db,
-                str(x["instances"]),
-                str(x["agents"]),
-                f"{x['completed']:,} / {x['loaded']:,}",
-                _rate(x["todos_per_second"]),
-                f"{_ms(x['claim_latency']['p50'])} / {_ms(x['claim_latency']['p99'])}",
-                f"{_ms(x['ack_latency']['p50'])} / {_ms(x['ack_latency']['p99'])}",
-                f"{x['double_claims']} / {x['db_attempt_gt_1']} / {x['db_still_claimed']}",
-                ", ".join(f"{k} {v:.2f}" for k, v in x["cpu"].items()),
-                "; ".join(str(e) for e in x["errors"] if e) or "none",
-            ]
-        )
+    pg = r.get("postgres", {})
+    variants = pg.get("variants", {})
+    ratios = pg.get("ratios", {})
+    lines: list[tuple[str, dict[str, Any], str]] = [("SQLite, `claim_next` + `ack`", r.get("sqlite", {}), "")]
+    if variants:
+        lines += [
+            (
+                "PostgreSQL, `claim_next` + `ack`",
+                variants.get("one", {}),
+                f"{ratios['one']:.2f}x" if "one" in ratios else "-",
+            ),
+            ("PostgreSQL, pgqueuer, batch_size=1", variants.get("pgqueuer_1", {}), "1.00x"),
+            (
+                f"PostgreSQL, `claim_many` (up to {r.get('batch', 10)}) + `ack_many`",
+                variants.get("batch", {}),
+                f"{ratios['batch']:.2f}x" if "batch" in ratios else "-",
+            ),
+            (
+                f"PostgreSQL, pgqueuer, batch_size={r.get('batch', 10)} (default)",
+                variants.get("pgqueuer_batch", {}),
+                "1.00x",
+            ),
+        ]
+    else:
+        lines.append(("PostgreSQL, `claim_next` + `ack`", pg, ""))
+    for label, x, ratio in lines:
+        if "todos_per_second" in x:
+            rows.append(
+                [
+                    label,
+                    f"{x['instances']} instance(s), {x['agents']}",
+                    f"{x['completed']:,} / {x['loaded']:,}",
+                    _rate(x["todos_per_second"]),
+                    ratio or "-",
+                    f"{_ms(x['claim_latency']['p50'])} / {_ms(x['claim_latency']['p99'])}",
+                    f"{_ms(x['ack_latency']['p50'])} / {_ms(x['ack_latency']['p99'])}",
+                    f"{x['double_claims']} / {x['db_attempt_gt_1']} / {x['db_still_claimed']}",
+                    ", ".join(f"{k} {v:.2f}" for k, v in x["cpu"].items()),
+                    "; ".join(str(e) for e in x["errors"] if e) or "none",
+                ]
+            )
+        elif "jobs_per_second" in x:
+            rows.append(
+                [
+                    label,
+                    f"{x['processes']} processes, {x['consumers']}",
+                    f"{x['completed']:,} / {x['jobs']:,}",
+                    f"{_rate(x['jobs_per_second'])} ({' / '.join(_rate(p['jobs_per_second']) for p in x['runs'])})",
+                    ratio,
+                    f"{_ms(x['claim_latency']['p50'])} / {_ms(x['claim_latency']['p99'])}",
+                    "-",
+                    f"{x['double_claims']} / - / {x['left_in_queue']}",
+                    ", ".join(f"{k} {v:.2f}" for k, v in x["cpu"].items()),
+                    "none"
+                    if x["clean"]
+                    else "not clean: " + ", ".join(f"{k} {v}" for k, v in x["statuses"].items()),
+                ]
+            )
+        else:
+            rows.append([label, "-", "-", "-", "-", "-", "-", "-", "-", x.get("skipped", "n/a")])
     out += _table(
         [
-            "database",
-            "instances",
-            "consumers",
+            "variant",
+            "servers, consumers",
             "completed / loaded",
             "todos/s (claim+ack)",
+            "Switchboard / pgqueuer",
             "claim p50 / p99 ms",
             "ack p50 / p99 ms",
-            "double claims / attempt>1 / left claimed",
+            "double claims / attempt>1 / left claimed (pgqueuer: left queued)",
             "CPU (cores)",
             "errors",
         ],
         rows,
     )
-    for db in ("sqlite", "postgres"):
-        note = r.get(db, {}).get("preload_note")
-        if note:
-            out += [f"* {db}: {note}", ""]
+    batch = variants.get("batch", {})
+    if "todos_per_claim" in batch:
+        out += [
+            f"* Batches: {batch['claim_calls']:,} `claim_many` calls, {batch['todos_per_claim']:.1f} todos per call on average.",
+            "",
+        ]
+    notes = {
+        (db, x["preload_note"])
+        for db in ("sqlite", "postgres")
+        for x in [r.get(db, {}), *r.get(db, {}).get("variants", {}).values()]
+        if x.get("preload_note")
+    }
+    for db, note in sorted(notes):
+        out += [f"* {db}: {note}", ""]
     return out
 
 

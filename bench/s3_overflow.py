@@ -2,8 +2,11 @@
 
 ``TODOS`` ready todos for ``ENDPOINTS`` endpoints, each with one hook whose receiver accepts TCP and
 never answers, every other setting the default (queue 10,000, 16 workers, 120 notifications/min/hook,
-5 s attempt timeout). The todos come from signed fan-out deliveries (each routed to every endpoint, so one
-delivery makes ``ENDPOINTS`` todos), in chunks; after each chunk the server's RSS and metrics are read.
+5 s attempt timeout). Every endpoint belongs to its own human (a multi-tenant instance: the dispatcher's
+per-owner fairness then parks the most). The todos come from signed deliveries to each endpoint's own
+source, routed to each of its ``QUEUES`` (a source routes only to its own human's endpoints, so one
+delivery makes ``len(QUEUES)`` todos), in chunks; after each chunk the server's RSS (each process's too)
+and metrics are read.
 
 Checks: the RSS stays bounded (peak and growth reported, and the RSS after each chunk shows whether it
 keeps growing with the backlog); the drop counters add up (every todo's transition is accounted for as
@@ -25,7 +28,7 @@ from bench.world import build_world
 
 ENDPOINTS = 100
 TODOS = 100_000
-SOURCES = 4
+QUEUES = tuple(f"q{i:02d}" for i in range(20))  # one delivery: 20 todos for one endpoint (its own human)
 CHECKPOINTS = (1_000, 25_000, 50_000, 75_000, 100_000)
 CLAIM_AGENTS, CLAIMS_PER_AGENT = 20, 5
 
@@ -48,6 +51,11 @@ def _snapshot(m: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> dict[s
     }
 
 
+def _by_process(pids: list[int]) -> list[dict[str, int]]:
+    """Each process's RSS and its parts (the server first, then its notify worker processes)."""
+    return [{"pid": pid, **memory_kib(pid)} for pid in pids]
+
+
 async def run(b: Bench) -> dict[str, Any]:
     total = 10_000 if b.quick else TODOS
     checkpoints = [c * total // TODOS for c in CHECKPOINTS]
@@ -59,20 +67,21 @@ async def run(b: Bench) -> dict[str, Any]:
         world = await build_world(
             server.settings,
             endpoints=ENDPOINTS,
-            own_sources=False,
-            fanout_groups=[list(range(ENDPOINTS))] * SOURCES,
+            queues=QUEUES,
+            own_source_every_queue=True,
             hook_urls=[[f"{url}/{i}"] for i in range(ENDPOINTS)],
         )
-        targets = [s.target() for s in world.fanout_sources]
+        targets = [s.target() for s in world.own_sources]
         async with running(server, kill=True):
             rss_start = memory_kib(server.pids())
+            start_by_process = _by_process(server.pids())
             sampler = RssSampler(server.pids())
             sampler.start()
             points: list[dict[str, Any]] = []
             made = 0
             started = time.monotonic()
             for cp in checkpoints:
-                deliveries = (cp - made) // ENDPOINTS
+                deliveries = (cp - made) // len(QUEUES)
                 b.progress.phase(f"s3 overflow: {cp:,} todos", deliveries * 0.06 + 1)
                 result = await b.client.run(
                     "ingest",
@@ -85,12 +94,13 @@ async def run(b: Bench) -> dict[str, Any]:
                         "max_seconds": 300,
                     },
                 )
-                made += deliveries * ENDPOINTS
+                made += deliveries * len(QUEUES)
                 points.append(
                     {
                         "todos": made,
                         "elapsed": round(time.monotonic() - started, 1),
                         "rss_kib": memory_kib(server.pids()).get("VmRSS", 0),
+                        "rss_by_process": _by_process(server.pids()),
                         "statuses": result["statuses"],
                         **_snapshot(await server.metrics()),
                     }
@@ -116,6 +126,7 @@ async def run(b: Bench) -> dict[str, Any]:
             final = last
             hang_stats = await hang.stats()
             rss_settled = memory_kib(server.pids())
+            settled_by_process = _by_process(server.pids())
             await sampler.stop()
 
             statuses = dict(
@@ -152,13 +163,19 @@ async def run(b: Bench) -> dict[str, Any]:
     samples = [kib for _, kib in sampler.samples]
     return {
         "endpoints": ENDPOINTS,
+        "todos_per_delivery": len(QUEUES),
         "todos": made,
         "ingest_seconds": ingest_seconds,
         "todos_per_second": made / ingest_seconds if ingest_seconds else 0.0,
         "rss_start_kib": rss_start.get("VmRSS", 0),
+        "rss_start_by_process": start_by_process,
+        "rss_settled_by_process": settled_by_process,
         "rss_peak_kib": max([*samples, rss_settled.get("VmHWM", 0)]),
         "rss_settled_kib": rss_settled.get("VmRSS", 0),
         "rss_growth_kib": max([*samples, rss_settled.get("VmHWM", 0)]) - rss_start.get("VmRSS", 0),
+        # the same peak against the RSS after the first checkpoint (processes warmed up: a first
+        # attempt, statements compiled), to separate what the flood costs from what starting costs
+        "rss_growth_after_first_kib": max([*samples, rss_settled.get("VmHWM", 0)]) - points[0]["rss_kib"],
         "checkpoints": points,
         "final": final,
         "accounting": {

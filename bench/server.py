@@ -111,6 +111,7 @@ def main(argv: list[str]) -> int:
             log_config=None,
             access_log=False,
             lifespan="on",
+            loop="asyncio",  # as `switchboard serve`: uvicorn's "auto" would take uvloop (pgqueuer brings it)
         )
     )
 

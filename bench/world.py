@@ -71,11 +71,15 @@ async def build_world(
     fanout_groups: Sequence[Sequence[int]] = (),
     hook_urls: Sequence[Sequence[str]] = (),
     owners: str = "per_endpoint",
+    own_source_every_queue: bool = False,
 ) -> World:
     """``hook_urls[i]`` are endpoint i's hooks; ``fanout_groups`` lists endpoint indexes per fan-out
     source (routed to every queue in ``queues``). ``owners``: ``per_endpoint`` (every endpoint belongs to
     its own human: a multi-tenant instance) or ``one`` (one human owns every endpoint: a homelab). The
-    dispatcher's fairness is per owning human, so this decides how many attempts may run at once."""
+    dispatcher's fairness is per owning human, so this decides how many attempts may run at once.
+    A source routes only to its own human's endpoints, so a fan-out group must share one owner; with
+    ``own_source_every_queue`` each endpoint's own source is routed to every queue instead of the first,
+    so one delivery makes ``len(queues)`` todos for one tenant (a multi-tenant fan-out)."""
     services = build_services(Settings(**settings), resolver=bench_resolver)
     world = World()
     try:
@@ -96,8 +100,10 @@ async def build_world(
             if own_sources:
                 secret = mint_source_secret("gitea")
                 src = await services.sources.create(human, f"src-{i:03d}", "gitea", "signature", secret)
-                await services.sources.add_route(src.slug, queues[0], ep.slug, None)
-                world.own_sources.append(SourceInfo(src.slug, secret, 1))
+                routed = list(queues) if own_source_every_queue else [queues[0]]
+                for q in routed:
+                    await services.sources.add_route(src.slug, q, ep.slug, None)
+                world.own_sources.append(SourceInfo(src.slug, secret, len(routed)))
         for g, group in enumerate(fanout_groups):
             secret = mint_source_secret("gitea")
             src = await services.sources.create(humans[0], f"fan-{g:03d}", "gitea", "signature", secret)

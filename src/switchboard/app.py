@@ -25,6 +25,7 @@ from switchboard.ops import ensure_schema
 from switchboard.queue.sweeper import Sweeper
 from switchboard.services import Services
 from switchboard.sessioncap import SessionCap
+from switchboard.store.relay import ClusterRelay
 
 if TYPE_CHECKING:
     from switchboard.mcp.tools import ToolRegistrar
@@ -90,6 +91,10 @@ def create_app(services: Services, *, components: Sequence[Component] | None = N
         async with AsyncExitStack() as stack:
             await services.hub.start()
             stack.push_async_callback(services.hub.stop)
+            if not services.db.is_sqlite and services.hub.wants_remote:
+                relay = ClusterRelay(services.db.url, services.hub, services.metrics)
+                services.parts.add(relay)
+                await stack.enter_async_context(relay.run())
             for component in components:
                 await stack.enter_async_context(component.lifespan())
             await stack.enter_async_context(mcp.run())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -21,5 +22,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return cli_main(args)
 
 
+def run() -> NoReturn:
+    """The console script: :func:`main`, then exit without the interpreter's teardown (quickexit)."""
+    from switchboard.quickexit import leave
+
+    try:
+        code: object = main()
+    except SystemExit as exc:  # argparse's refusals and --help
+        code = exc.code
+    leave(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run()

@@ -1,5 +1,9 @@
-"""Rate limits keyed by an id (endpoint, source, hook, address). In-process by design: limits protect this
-instance's resources and the receivers it calls; the database enforces every cross-instance guarantee.
+"""Rate limits keyed by an id (endpoint, source, hook, address). In-process by default: those limits
+protect this instance's resources. A limit that must hold for the cluster (SPEC-0024's 120
+notifications per minute per hook; the MCP call limit per endpoint) is given a shared store on
+PostgreSQL (:class:`SharedWindow`, implemented by :class:`switchboard.store.windows.SharedWindows`):
+:meth:`WindowLimiter.admit` takes from the database instead of this process's log, one admission at a
+time or in leased chunks (:class:`Leases`).
 
 One limiter for every limit in the tree (issue 16): :class:`WindowLimiter`, a sliding window and a
 *ceiling*. No ``window``-second interval ever holds more than ``limit`` admissions for one key. Where
@@ -12,9 +16,100 @@ than its number in some minute: with burst 120 and 120 a minute, 233 in one minu
 
 from __future__ import annotations
 
+import asyncio
+import math
 from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
 
 from switchboard.clock import Clock
+
+
+class SharedWindow(Protocol):
+    """Where a shared window keeps its admissions (the database): the same rule, for every process."""
+
+    async def take(self, key: str, limit: int, window: float, *, count: int = 1, hold: float = 0.0) -> int:
+        """Take up to ``count`` admissions for ``key``, each counted as made ``hold`` seconds from now
+        (a lease: the caller may use them until then); how many were taken."""
+        ...
+
+
+@dataclass(slots=True)
+class _Lease:
+    left: int  # admissions taken from the shared window and not used yet
+    expires: float  # this clock's time after which the unused ones are let go
+    size: int  # how many the last refill asked for
+    used: int = 0
+    full: bool = False  # the refill found the window full: refuse until expires, without asking again
+
+
+class Leases:
+    """Admissions taken from a shared window in chunks and used here without a round trip (the MCP call
+    limit, issue 18). A chunk is counted in the shared window as made at the end of its lease, so every
+    call admitted from it lies before its recorded time: the shared window's bound holds for every call
+    admitted anywhere. What a lease leaves unused is lost (the cluster then admits fewer, never more), so
+    the chunk follows the key's demand: 1 at first, then what the last lease's rate of use asks for
+    over one lease (at most doubling, at most ``max_chunk``), back to what was used when one expires
+    with some left. A refill that finds
+    the window full is remembered for ``hold`` seconds: a caller over the limit is refused without a
+    round trip, and may be refused up to ``hold`` seconds after a slot freed."""
+
+    def __init__(self, hold: float, max_chunk: int, max_keys: int) -> None:
+        self.hold, self.max_chunk, self.max_keys = hold, max_chunk, max_keys
+        self._held: dict[str, _Lease] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def use(self, key: str, now: float) -> bool | None:
+        """True: admitted from the lease; False: refused (the window was full at the last refill,
+        less than ``hold`` ago); None: a refill must decide."""
+        lease = self._held.get(key)
+        if lease is None or now >= lease.expires:
+            return None
+        if lease.full:
+            return False
+        if lease.left <= 0:
+            return None
+        lease.left -= 1
+        lease.used += 1
+        return True
+
+    async def refill(self, key: str, clock: Clock, take: Callable[[int], Awaitable[int]]) -> bool:
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:  # one refill per key at a time: concurrent callers share its chunk
+            decided = self.use(key, clock.now())
+            if decided is not None:
+                return decided
+            last = self._held.get(key)
+            size = 1 if last is None or last.full else self._next_size(last, clock.now())
+            started = clock.now()
+            got = await take(size)
+            self._forget_expired(started)
+            self._held[key] = _Lease(
+                left=max(0, got - 1), expires=started + self.hold, size=size, full=got <= 0
+            )
+            if got <= 0:
+                return False
+            self._held[key].used = 1
+            return True
+
+    def _next_size(self, last: _Lease, now: float) -> int:
+        """The key's demand over one lease, from its last lease: what it used, scaled up when it ran out
+        early (at most doubling, at most ``max_chunk``)."""
+        if last.left > 0 or now >= last.expires:
+            return max(1, min(self.max_chunk, last.used))
+        elapsed = max(1e-3, now - (last.expires - self.hold))
+        wanted = math.ceil(last.used * self.hold / elapsed)
+        return max(1, min(self.max_chunk, 2 * last.size, wanted))
+
+    def _forget_expired(self, now: float) -> None:
+        if len(self._held) < self.max_keys:
+            return
+        for key in [k for k, lease in self._held.items() if now >= lease.expires]:
+            del self._held[key]
+            lock = self._locks.get(key)
+            if lock is not None and not lock.locked():
+                del self._locks[key]
 
 
 class WindowLimiter:
@@ -31,10 +126,24 @@ class WindowLimiter:
     a limiter that delays work instead of dropping it needs.
     """
 
-    def __init__(self, clock: Clock, limit: int, window: float = 60.0, *, max_keys: int = 100_000) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        limit: int,
+        window: float = 60.0,
+        *,
+        max_keys: int = 100_000,
+        shared: SharedWindow | None = None,
+        lease: float = 0.0,
+    ) -> None:
+        """``shared``: admit() takes from it, and the window holds for all who share it. ``lease`` (with
+        ``shared``): take admissions in chunks held that many seconds (:class:`Leases`), so most calls
+        cost no round trip to the shared store."""
         if limit < 1 or window <= 0:
             raise ValueError("limit must be at least 1 and window positive")
         self.clock = clock
+        self.shared = shared
+        self.leases = Leases(lease, max(1, limit // 10), max_keys) if shared and lease > 0 else None
         self.limit = limit
         self.window = window
         self._max_keys = max_keys  # past it, the key admitted least recently is forgotten
@@ -53,8 +162,26 @@ class WindowLimiter:
         return cls(clock, limit, 60.0 * limit / per_minute, max_keys=max_keys)
 
     def allow(self, key: str) -> bool:
-        """Admit one for ``key`` if its window has room."""
+        """Admit one for ``key`` if its window has room (this process's log)."""
         return self.take(key) == 0.0
+
+    async def admit(self, key: str) -> bool:
+        """Admit one for ``key`` if its window has room: in the shared store when there is one (every
+        process and instance on the database counts), else as :meth:`allow`."""
+        shared = self.shared
+        if shared is None:
+            return self.allow(key)
+        leases = self.leases
+        if leases is None:
+            return await shared.take(key, self.limit, self.window) > 0
+        decided = leases.use(key, self.clock.now())
+        if decided is not None:
+            return decided
+
+        def take(count: int) -> Awaitable[int]:
+            return shared.take(key, self.limit, self.window, count=count, hold=leases.hold)
+
+        return await leases.refill(key, self.clock, take)
 
     def take(self, key: str) -> float:
         """Admit one for ``key`` and return 0.0, or admit nothing and return the seconds until the

@@ -22,6 +22,7 @@ from switchboard.store.console import ConsoleStore
 from switchboard.store.db import Database
 from switchboard.store.files import secure_data_dir
 from switchboard.store.presence import PresenceStore
+from switchboard.store.relay import send_in_transaction
 from switchboard.store.sources import SourceStore
 from switchboard.store.todos import RetryPolicy, TodoStore
 from switchboard.store.transitions import TransitionHub
@@ -129,6 +130,8 @@ def build_services(
     db = Database(settings.resolved_database_url())
     envelope = Envelope(load_or_create_key(settings.cred_key, settings.data_dir))
     hub = TransitionHub(metrics, instance_id=instance_id)
+    if not db.is_sqlite:  # the cluster relay's sending half: NOTIFY on commit (store/relay.py)
+        hub.add_in_transaction(send_in_transaction)
     retry = RetryPolicy(settings.retry_base_seconds, settings.retry_cap_seconds, settings.max_attempts)
     changes = EndpointChanges()  # every endpoint write of this process; the MCP token cache reads it
     return Services(

@@ -21,6 +21,7 @@ from switchboard.store.todos import NewTodo
 from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from tests.browser.conftest import TIMEOUT_MS, WIDTHS, fits_and_passes_axe, shoot
 from tests.integration.web.helpers import PASSWORD, Human, ManualFlow, register_client
+from tests.support import hook_health
 from tests.support.server import Instance
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -58,9 +59,9 @@ async def seed(server: Instance) -> None:
     healthy, _ = await notify.store.create(
         review.id, "https://dispatch.acme.dev/switchboard?key=abc", [], False, 5
     )
-    await notify.store.record_delivered(healthy.id, 204)
+    await hook_health.delivered(notify.store, healthy.id, 204)
     noisy, _ = await notify.store.create(review.id, "https://ci.acme.dev/hooks/sb", ["inbox"], False, 5)
-    await notify.store.record_attempt(noisy.id, 503, "5xx")
+    await hook_health.failed(notify.store, noisy.id, 503, "5xx")
     await notify.store.set_enabled_by_owner(review.id, noisy.id, False)
 
     titles = [

@@ -13,6 +13,7 @@ from switchboard.notify.component import NotifyComponent
 from switchboard.store.todos import NewTodo
 from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from tests.integration.web.helpers import PASSWORD, Human, ManualFlow
+from tests.support import hook_health
 from tests.support.server import Instance
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -39,12 +40,12 @@ async def seed(server: Instance) -> None:
     healthy, _ = await notify.store.create(
         review.id, "https://dispatch.acme.dev/switchboard?key=abc", [], False, 5
     )
-    await notify.store.record_delivered(healthy.id, 204)
+    await hook_health.delivered(notify.store, healthy.id, 204)
     dead, _ = await notify.store.create(review.id, "https://old-runner.acme.dev/wake", ["reviews"], True, 5)
     for _ in range(10):
-        await notify.store.record_failed(dead.id, None, "timeout")
+        await hook_health.failed(notify.store, dead.id, None, "timeout")
     noisy, _ = await notify.store.create(review.id, "https://ci.acme.dev/hooks/sb", ["inbox"], False, 5)
-    await notify.store.record_attempt(noisy.id, 503, "5xx")
+    await hook_health.failed(notify.store, noisy.id, 503, "5xx")
     await notify.store.set_enabled_by_owner(review.id, noisy.id, False)
 
     titles = [

@@ -31,11 +31,22 @@ from sqlalchemy.engine import Connection
 from switchboard.store.db import MIGRATIONS, Database
 
 RELEASED = Path(__file__).parent / "released_migrations"
-EARLIER = ("0001", "0002", "0003", "0004", "console", "a2a_dedup", "delivery_log", "claim_index", "a2a_input")
+EARLIER = (
+    "0001",
+    "0002",
+    "0003",
+    "0004",
+    "console",
+    "a2a_dedup",
+    "delivery_log",
+    "claim_index",
+    "a2a_input",
+    "repair",
+)
 
 
 # Revisions that only inspect and add what is missing: a database stamped back below one upgrades again.
-IDEMPOTENT = ("repair", "a2a_input")
+IDEMPOTENT = ("rate_windows", "repair", "a2a_input")
 
 
 def head() -> str:
@@ -86,14 +97,15 @@ _VALUES: dict[str, Any] = {
 
 
 def script_location(history: str, into: Path) -> Path:
-    """An alembic script folder holding ``history``'s files for every revision before the repair."""
+    """An alembic script folder holding ``history``'s files for every revision up to the repair (the
+    revisions after it replay from the tree itself, when the test migrates to head)."""
     into.mkdir(parents=True, exist_ok=True)
     for name in ("env.py", "script.py.mako"):
         shutil.copy(MIGRATIONS / name, into / name)
     versions = into / "versions"
     versions.mkdir(exist_ok=True)
     for path in sorted((MIGRATIONS / "versions").glob("*.py")):
-        if path.name.endswith("_repair.py"):  # the repair replays from the tree itself
+        if int(path.name[:4]) > 10:  # after the repair: from the tree, at the upgrade to head
             continue
         shutil.copy(path, versions / path.name)
     commit = HISTORIES[history]

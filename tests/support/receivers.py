@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import socket
 import ssl
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -154,6 +155,7 @@ class HTTPSReceiver:
     tls: bool = True
 
     requests: list[RecordedRequest] = field(default_factory=list, init=False)
+    arrived: list[float] = field(default_factory=list, init=False)  # time.monotonic() of each request
     connections: int = field(default=0, init=False)
     bytes_streamed: int = field(default=0, init=False)
     stream_finished: bool = field(default=False, init=False)
@@ -239,6 +241,7 @@ class HTTPSReceiver:
             if request is None:
                 return
             self.requests.append(request)
+            self.arrived.append(time.monotonic())
             self._queue.put_nowait(request)
             behaviour = self.behaviour
             if isinstance(behaviour, HangBeforeHeaders):

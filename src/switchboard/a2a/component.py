@@ -30,7 +30,7 @@ from switchboard.a2a.gate import EndpointContextBuilder, Gate
 from switchboard.a2a.handler import Handler
 from switchboard.a2a.limits import HostLimits
 from switchboard.a2a.outbox import OutboxStore
-from switchboard.a2a.tasks import A2A_SOURCE, TaskStore
+from switchboard.a2a.tasks import TaskStore, may_be_task
 from switchboard.a2a.turns import Turns
 from switchboard.a2a.waiter import TaskWaiter
 from switchboard.a2a.worker import DeliveryWorker, Policy
@@ -166,7 +166,7 @@ class A2AComponent:
     async def _on_transition(self, t: Transition) -> None:
         """Post-commit: the outbox rows are durable by now; just tell the worker. A dropped wake loses
         nothing (the worker polls anyway)."""
-        if t.source == A2A_SOURCE:
+        if may_be_task(t):
             self.worker.wake()
 
     def mcp_tools(self) -> Sequence[ToolRegistrar]:

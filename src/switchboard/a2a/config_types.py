@@ -34,10 +34,6 @@ class ConfigInput:
     def keeps(self) -> bool:
         return self.keep_url or self.keep_token or self.keep_credentials
 
-    @property
-    def signing(self) -> bool:
-        return self.scheme == SIGNING_SCHEME
-
 
 @dataclass(frozen=True, slots=True)
 class ConfigView:

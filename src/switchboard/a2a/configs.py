@@ -27,8 +27,8 @@ from switchboard.clock import Clock, ms
 from switchboard.cred import Envelope
 from switchboard.ids import new_id
 from switchboard.push import TargetRejected, Validator, mint_secret, sign
+from switchboard.store.accounts import verbs_of
 from switchboard.store.db import Database
-from switchboard.store.schema import endpoints
 from switchboard.store.schema_a2a import (
     a2a_push_outbox,
     a2a_task_events,
@@ -306,13 +306,13 @@ class ConfigStore:
     async def sendable(self, row_id: str) -> SendableConfig | None:
         """Read right before each attempt, with the owning endpoint's scope in the same statement: a
         config whose endpoint lost :data:`PUSH_VERB` comes back ``granted=False`` and gets no attempt."""
-        stmt = (
-            select(
-                cfg.c.url_enc, cfg.c.token_enc, cfg.c.auth_scheme, cfg.c.credentials_enc, endpoints.c.verbs
-            )
-            .join_from(cfg, endpoints, endpoints.c.id == cfg.c.owner_endpoint_id)
-            .where(cfg.c.id == row_id)
-        )
+        stmt = select(
+            cfg.c.url_enc,
+            cfg.c.token_enc,
+            cfg.c.auth_scheme,
+            cfg.c.credentials_enc,
+            verbs_of(cfg.c.owner_endpoint_id).label("verbs"),
+        ).where(cfg.c.id == row_id)
         async with self.db.read() as conn:
             row = (await conn.execute(stmt)).first()
         if row is None:
@@ -329,7 +329,7 @@ class ConfigStore:
             open_(row.token_enc, "token"),
             row.auth_scheme,
             open_(row.credentials_enc, "credentials"),
-            PUSH_VERB in json.loads(row.verbs),
+            row.verbs is not None and PUSH_VERB in json.loads(row.verbs),
         )
 
     async def purge_finished(self, before_ms: int) -> int:

@@ -28,6 +28,7 @@ from switchboard.a2a import outbox, tasks
 from switchboard.a2a.configs import ConfigStore
 from switchboard.a2a.views import TERMINAL_TRANSITIONS, PushEvent, push_body
 from switchboard.clock import ms
+from switchboard.store import todo_queries
 from switchboard.store.transitions import InTxHandler, Transition
 
 
@@ -50,8 +51,7 @@ class Fanout:
 
     async def __call__(self, conn: AsyncConnection, transitions: Sequence[Transition]) -> None:
         for t in transitions:
-            # A prefilter that saves every other todo a query; the task row decides (next_seq).
-            if t.source == tasks.A2A_SOURCE:
+            if tasks.may_be_task(t):  # a prefilter that saves every other todo a query
                 await self._one(conn, t)
 
     async def _one(self, conn: AsyncConnection, t: Transition) -> None:
@@ -64,7 +64,7 @@ class Fanout:
         if t.transition == "claimed":
             await tasks.mark_claim(conn, t.todo_id)
         targets = await self.configs.targets_in(conn, t.todo_id)
-        result, last_error = await tasks.todo_outcome(conn, t.todo_id)
+        result, last_error = await todo_queries.outcome_of(conn, t.todo_id)
         body = push_body(
             PushEvent(
                 task_id=t.todo_id,

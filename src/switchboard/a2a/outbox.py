@@ -205,12 +205,6 @@ class OutboxStore:
             row = (await conn.execute(stmt)).one()
         return Backlog(int(row[0]), None if row[1] is None else int(row[1]))
 
-    async def next_due(self) -> int | None:
-        stmt = select(func.min(box.c.due_at)).where(box.c.status == "pending")
-        async with self.db.read() as conn:
-            value = (await conn.execute(stmt)).scalar_one()
-        return None if value is None else int(value)
-
     async def purge_finished(self, before_ms: int) -> int:
         """Delivered and failed rows older than the retention (long-running tasks keep few)."""
         stmt = delete(box).where(box.c.status != "pending", box.c.finished_at <= before_ms)

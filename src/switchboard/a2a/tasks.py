@@ -21,12 +21,22 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from switchboard.a2a.config_types import ConfigInput
 from switchboard.a2a.views import TaskRecord
+from switchboard.store import todo_queries
 from switchboard.store.db import Database
 from switchboard.store.schema import todos
 from switchboard.store.schema_a2a import a2a_task_events, a2a_tasks
+from switchboard.store.transitions import Transition
 
-A2A_SOURCE = "a2a"  # todos.source of every task; filters transitions before any query
+A2A_SOURCE = "a2a"  # todos.source of every task (send.py writes it; may_be_task reads it)
 A2A_KIND = "a2a.message"
+
+
+def may_be_task(t: Transition) -> bool:
+    """Whether a transition can be an A2A task's, read from the moved row itself: the a2a package
+    marks the todos it creates (``source``) and only it reads the mark back, so other todos cost no
+    query. A cheap prefilter, not the decision: a webhook source may also be called ``a2a``, and
+    the task row (:func:`next_seq`) is what makes a todo a task."""
+    return t.source == A2A_SOURCE
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,12 +160,6 @@ async def record_event(conn: AsyncConnection, task_id: str, seq: int, body: byte
     )
 
 
-async def todo_outcome(conn: AsyncConnection, todo_id: str) -> tuple[str | None, str | None]:
-    """(result, last_error) of the todo as this transaction sees it."""
-    row = (await conn.execute(select(todos.c.result, todos.c.last_error).where(todos.c.id == todo_id))).one()
-    return row.result, row.last_error
-
-
 async def lock_owned(conn: AsyncConnection, owner_endpoint_id: str, task_id: str) -> bool:
     """Lock the caller's task row (serialises config writes per task); False if it is not theirs."""
     stmt = (
@@ -248,7 +252,7 @@ class TaskStore:
                 .where(a2a_tasks.c.todo_id == task_id)
                 .values(followups=json.dumps(later), input_required_at=None)
             )
-            await conn.execute(update(todos).where(todos.c.id == task_id).values(payload=json.dumps(payload)))
+            await todo_queries.set_payload(conn, task_id, json.dumps(payload))
             if row.input_required_at is not None and row.status == "claimed" and on_answer is not None:
                 await on_answer(conn)
         return "appended"
@@ -295,7 +299,7 @@ class TaskStore:
                 .where(a2a_tasks.c.todo_id == task_id)
                 .values(followups=json.dumps(later), input_required_at=now_ms)
             )
-            await conn.execute(update(todos).where(todos.c.id == task_id).values(payload=json.dumps(payload)))
+            await todo_queries.set_payload(conn, task_id, json.dumps(payload))
             await on_asked(conn)
         return "asked"
 
@@ -312,13 +316,6 @@ class TaskStore:
             return None
         later: list[Any] = json.loads(row.followups) if row.followups else []
         return [m for m in later[int(row.claim_followups) :] if m.get("role") != "ROLE_AGENT"]
-
-    async def owned(self, owner_endpoint_id: str, task_id: str) -> bool:
-        stmt = select(a2a_tasks.c.todo_id).where(
-            a2a_tasks.c.todo_id == task_id, a2a_tasks.c.owner_endpoint_id == owner_endpoint_id
-        )
-        async with self.db.read() as conn:
-            return (await conn.execute(stmt)).first() is not None
 
     async def page(
         self,

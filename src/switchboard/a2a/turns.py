@@ -16,7 +16,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from switchboard.a2a import outbox, tasks
@@ -24,7 +23,7 @@ from switchboard.a2a.configs import ConfigStore
 from switchboard.a2a.views import PushEvent, TaskRecord, push_body
 from switchboard.a2a.waiter import TaskWaiter
 from switchboard.clock import Clock, ms
-from switchboard.store.schema import todos
+from switchboard.store import todo_queries
 
 InTx = Callable[[AsyncConnection], Awaitable[None]]
 
@@ -76,7 +75,7 @@ class Turns:
             bumped = await tasks.next_seq(conn, task_id, terminal=False, now_ms=now_ms, todo_moved=False)
             if bumped is None:
                 return
-            queue = (await conn.execute(select(todos.c.queue).where(todos.c.id == task_id))).scalar_one()
+            queue = await todo_queries.queue_of(conn, task_id)
             question = None
             if transition == "input_required":
                 record = await self._record(conn, task_id)

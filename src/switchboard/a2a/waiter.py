@@ -6,9 +6,10 @@ and the call then answers with the task as it stands.
 
 The wait is awaited on an event set by the transition hook's post-commit stage (component.py), so a
 claim and ack on this instance answer the caller at once. A transition committed by **another**
-instance sharing PostgreSQL raises no event here (there is no cross-instance notification yet), so on
-PostgreSQL the wait also re-reads the task every ``fallback_seconds``: a bounded poll, documented as
-such in docs/a2a.md, that costs one indexed read per waiting call per second.
+instance sharing PostgreSQL raises no event here (the cluster relay carries ready transitions only,
+docs/architecture.md), so on PostgreSQL the wait also re-reads the task every ``fallback_seconds``: a
+bounded poll, documented as such in docs/a2a.md, that costs one indexed read per waiting call per
+second.
 """
 
 from __future__ import annotations

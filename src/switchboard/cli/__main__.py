@@ -1,5 +1,6 @@
 """``python -m switchboard.cli``."""
 
 from switchboard.cli.run import main
+from switchboard.quickexit import leave
 
-raise SystemExit(main())
+leave(main())

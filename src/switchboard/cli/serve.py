@@ -78,6 +78,10 @@ def serve(settings: Settings) -> int:
         log_config=None,
         access_log=False,
         lifespan="on",
+        # asyncio's own loop, whatever else is installed: uvicorn's default ("auto") switches to uvloop
+        # as soon as it is importable (a dependency of pgqueuer, the benchmark's peer, brings it in), and
+        # the server is built and tested on asyncio's.
+        loop="asyncio",
         # Connection limits (conn.py): uvicorn's protocol, wrapped with a header deadline and a cap.
         http=guarded_protocol(
             AutoHTTPProtocol,

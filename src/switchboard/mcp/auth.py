@@ -38,6 +38,7 @@ from switchboard.services import TokenLookup
 from switchboard.settings import Settings
 from switchboard.store.accounts import TOKEN_PREFIX, AccountStore, Endpoint, hash_token
 from switchboard.store.changes import SqliteDataVersion
+from switchboard.verbs import required_grant
 
 if TYPE_CHECKING:
     from switchboard.services import Services
@@ -239,12 +240,18 @@ class GrantNarrowing:
         if ctx.method == "tools/call":
             params = ctx.params if isinstance(ctx.params, Mapping) else {}
             name = params.get("name")
-            if isinstance(name, str) and name not in granted:
+            if isinstance(name, str) and required_grant(name) not in granted:
                 return error_result("forbidden", f"the verb {name[:64]!r} is not granted to this endpoint")
             return await call_next(ctx)
         result = await call_next(ctx)
         if isinstance(result, dict) and isinstance(result.get("tools"), list):
-            result["tools"] = [t for t in result["tools"] if isinstance(t, dict) and t.get("name") in granted]
+            result["tools"] = [
+                t
+                for t in result["tools"]
+                if isinstance(t, dict)
+                and isinstance(t.get("name"), str)
+                and required_grant(t["name"]) in granted
+            ]
         return result
 
 

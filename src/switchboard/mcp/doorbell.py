@@ -17,8 +17,9 @@ What rings: a push-eligible transition into pending (``Transition.pushable``) fo
 ``in`` and holds the queue in its scope; a digest when the endpoint comes back ``in`` (decided once by
 the conditional ``presence_seen`` update); a reconnect digest when a legacy session's GET stream opens;
 and the heartbeat, which re-rings while push-eligible todos stay pending. None of these fire hooks.
-Sessions are per process, so each instance rings the sessions connected to it; a todo created on
-another instance is caught by this instance's heartbeat.
+Sessions are per process, so each instance rings the sessions connected to it; on PostgreSQL a todo
+made ready by another instance reaches this one's hub through the cluster relay (store/relay.py, within
+milliseconds) and rings here too; the heartbeat is the safety net.
 """
 
 from __future__ import annotations
@@ -87,7 +88,10 @@ class Doorbell:
         self._listeners: Counter[str] = Counter()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._heartbeat: asyncio.Task[None] | None = None
-        services.hub.subscribe("doorbell", self.on_transition)
+        # remote: other instances' ready todos ring this instance's sessions too (store/relay.py); after
+        # the relay's connection came back, one heartbeat catches up on what it missed meanwhile.
+        services.hub.subscribe("doorbell", self.on_transition, remote=True)
+        services.hub.on_remote_gap(self._catch_up)
         services.presence.on_return(self.on_presence_return)
 
     # -- who is listening -----------------------------------------------------------------------
@@ -139,6 +143,9 @@ class Doorbell:
 
     def _on_stream_ready(self, endpoint_id: str, sid: str) -> None:
         self._spawn(self.digest(endpoint_id, kind="reconnect", reason="reconnect", only_sid=sid))
+
+    async def _catch_up(self) -> None:
+        self._spawn(self.heartbeat_once())
 
     async def heartbeat_once(self) -> int:
         """Re-ring every live endpoint that still has push-eligible pending todos; returns how many."""

@@ -42,9 +42,13 @@ from switchboard.mcp.tools import ToolContext, acting_as
 from switchboard.ratelimit import WindowLimiter
 from switchboard.store.accounts import Endpoint
 from switchboard.store.errors import StoreUnavailable
-from switchboard.verbs import ALL_VERBS
+from switchboard.verbs import ALL_VERBS, required_grant
 
 UNSERVED = frozenset({"prompts/list", "prompts/get"})
+
+
+def _grant(name: object) -> object:
+    return required_grant(name) if isinstance(name, str) else name
 
 
 def _honest(result: HandlerResult) -> HandlerResult:
@@ -104,7 +108,7 @@ class Gate:
         name = params.get("name")
         if not isinstance(name, str):
             return await call_next(ctx)  # malformed request: the SDK answers invalid params
-        label = name if name in ALL_VERBS or name in self.tools.ungated else "unknown"
+        label = name if required_grant(name) in ALL_VERBS or name in self.tools.ungated else "unknown"
         verdict = await self._admit(name)
         if verdict is None:
             self._count("unknown", "protocol_error")
@@ -128,7 +132,7 @@ class Gate:
         endpoint_id = caller_endpoint_id()
         if endpoint_id is None:
             return error_result("forbidden", "this call is not authenticated as an endpoint")
-        if not self.limiter.allow(endpoint_id):
+        if not await self.limiter.admit(endpoint_id):  # PostgreSQL: the cluster's window (leased)
             per_minute = self.services.settings.mcp_rate_per_minute
             return error_result("rate_limited", f"over {per_minute} calls per minute; slow down and retry")
         if not self.offered(name):
@@ -139,7 +143,7 @@ class Gate:
             return error_result("unavailable", UNAVAILABLE_MESSAGE)
         if endpoint is None:
             return error_result("forbidden", "this endpoint no longer exists")
-        if name not in self.tools.ungated and name not in endpoint.verbs:
+        if name not in self.tools.ungated and required_grant(name) not in endpoint.verbs:
             return error_result("forbidden", f"the verb {name[:64]!r} is not granted to this endpoint")
         return endpoint
 
@@ -158,7 +162,9 @@ class Gate:
         allowed = set(self.tools.ungated) | set(endpoint.verbs if endpoint else ())
         result = await call_next(ctx)
         if isinstance(result, dict) and isinstance(result.get("tools"), list):
-            result["tools"] = [t for t in result["tools"] if isinstance(t, dict) and t.get("name") in allowed]
+            result["tools"] = [
+                t for t in result["tools"] if isinstance(t, dict) and _grant(t.get("name")) in allowed
+            ]
         return result
 
     # -- subscriptions/listen ---------------------------------------------------------------------

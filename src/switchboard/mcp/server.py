@@ -46,6 +46,7 @@ from switchboard.obs.logs import get_logger
 from switchboard.ratelimit import WindowLimiter
 from switchboard.services import Services
 from switchboard.store.errors import Conflict, StoreUnavailable
+from switchboard.store.windows import SharedWindows
 
 log = get_logger("switchboard.mcp")
 
@@ -59,6 +60,7 @@ INSTRUCTIONS = (
 
 
 RETRY_MS = 1000
+LEASE_SECONDS = 1.0  # how long an instance holds a chunk of the cluster's MCP call window
 
 
 class SwitchboardServer(MCPServer[Any]):
@@ -188,6 +190,17 @@ class McpSurface:
             yield
 
 
+def call_limit(services: Services) -> WindowLimiter:
+    """``SWITCHBOARD_MCP_RATE_PER_MINUTE`` per endpoint in any 60 s. On PostgreSQL the window is the
+    cluster's (store/windows.py), taken in leased chunks (ratelimit.Leases): most calls cost no round
+    trip, and no instance can let the cluster exceed it (docs/mcp.md, "Rate limit")."""
+    limit = max(1, services.settings.mcp_rate_per_minute)
+    if services.db.is_sqlite:
+        return WindowLimiter(services.clock, limit, 60.0)
+    shared = SharedWindows(services.db, prefix="mcp:")
+    return WindowLimiter(services.clock, limit, 60.0, shared=shared, lease=LEASE_SECONDS)
+
+
 def build_mcp(services: Services, *, extra_tools: Sequence[ToolRegistrar] = ()) -> McpSurface:
     """The MCP surface for one instance. Extra verbs come from ``extra_tools``: ``create_app`` passes
     every component's registrars (``Component.mcp_tools``)."""
@@ -220,7 +233,7 @@ def build_mcp(services: Services, *, extra_tools: Sequence[ToolRegistrar] = ()) 
         Gate(
             tools,
             doorbell,
-            WindowLimiter.per_minute(services.clock, settings.mcp_rate_per_minute),
+            call_limit(services),
             server.offers,
             verifier,
         )

@@ -76,11 +76,6 @@ def classify(err: PushError) -> str:
     return "failed"
 
 
-ATTEMPT_RESULTS = frozenset(
-    {"2xx", "3xx", "4xx", "5xx", "timeout", "network", "tls", "rejected_ssrf", "other"}
-)
-
-
 def attempt_result(err: PushError) -> str:
     """The REQ-11 label, exactly the push taxonomy's (docs/push.md): a status outside 2xx-5xx (a 699)
     is ``other``, never folded into ``4xx`` or ``5xx``."""

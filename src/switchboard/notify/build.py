@@ -12,6 +12,7 @@ from switchboard.notify.dispatcher import Dispatcher
 from switchboard.notify.store import HookStore
 from switchboard.outbound import notify_outbound
 from switchboard.services import Services
+from switchboard.store.windows import SharedWindows
 
 
 def hook_store(services: Services) -> HookStore:
@@ -32,7 +33,6 @@ def build_dispatcher(
     _, sender = notify_outbound(services)
     return Dispatcher(
         hooks=store,
-        accounts=services.accounts,
         todos=services.todos,
         sender=sender,
         metrics=services.metrics,
@@ -43,4 +43,6 @@ def build_dispatcher(
         retry_delays=retry_delays,
         drain_timeout=drain_timeout,
         deliveries=DeliveryLog(services.db),
+        # PostgreSQL: one window per hook for every instance and worker process (store/windows.py).
+        shared_windows=None if services.db.is_sqlite else SharedWindows(services.db),
     )

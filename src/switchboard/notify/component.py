@@ -59,11 +59,6 @@ class NotifyComponent:
             )
             services.presence.on_return(self.dispatcher.on_presence_return)
 
-    @property
-    def in_process(self) -> Dispatcher | None:
-        """The dispatcher when it runs in this process (not with SWITCHBOARD_NOTIFY_PROCESS)."""
-        return self.dispatcher if isinstance(self.dispatcher, Dispatcher) else None
-
     def routes(self) -> Sequence[BaseRoute]:
         return ()
 

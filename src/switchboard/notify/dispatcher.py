@@ -33,7 +33,7 @@ from switchboard.notify.droplog import DropLog
 from switchboard.notify.fairness import OwnerFairness
 from switchboard.notify.flow import Flow
 from switchboard.notify.health import HealthRecorder
-from switchboard.notify.intake import Intake
+from switchboard.notify.intake import Intake, limit_key
 from switchboard.notify.notification import Notification, Signer, probe_result
 from switchboard.notify.outcomes import Outcomes
 from switchboard.notify.pool import WorkerPool
@@ -43,7 +43,7 @@ from switchboard.notify.timers import RetryTimers
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
 from switchboard.push import PushError, Sender, StatusError, new_message_id, standard_headers
-from switchboard.store.accounts import AccountStore
+from switchboard.ratelimit import SharedWindow
 from switchboard.store.presence import PresenceReturn
 from switchboard.store.todos import TodoStore
 from switchboard.store.transitions import Transition
@@ -56,7 +56,6 @@ class Dispatcher:
         self,
         *,
         hooks: HookStore,
-        accounts: AccountStore,
         todos: TodoStore,
         sender: Sender,
         metrics: Metrics,
@@ -72,8 +71,8 @@ class Dispatcher:
         sign: Signer = standard_headers,
         drop_log: DropLog | None = None,
         deliveries: DeliveryLog | None = None,
+        shared_windows: SharedWindow | None = None,
     ) -> None:
-        self.hooks, self.accounts, self.todos = hooks, accounts, todos
         self.sender, self.metrics, self.clock, self.sign = sender, metrics, clock, sign
         self.drain_timeout = drain_timeout
         self.flow = Flow()
@@ -96,6 +95,7 @@ class Dispatcher:
             flow=self.flow,
             queue_size=queue_size,
             rate_per_minute=rate_per_minute,
+            shared=shared_windows,
         )
         self.timers = RetryTimers(flow=self.flow, put=self.intake.put, outcomes=self.outcomes)
         self.reads = HookReads(hooks)
@@ -134,11 +134,6 @@ class Dispatcher:
     def queue(self) -> asyncio.Queue[Notification]:
         return self.intake.queue
 
-    @property
-    def workers_running(self) -> int:
-        """Worker tasks alive now: the pool's size from start to stop (REQ-12)."""
-        return self.pool.running
-
     # -- producing (the hub's and the presence store's subscribers) --------------------------------
 
     async def on_transition(self, t: Transition) -> None:
@@ -175,7 +170,7 @@ class Dispatcher:
         if hook is None:
             self.outcomes.end(n, "dropped", "hook_disabled")
             return probe_result(n)
-        if not self.intake.limiter.allow(hook_id):
+        if not await self.intake.limiter.admit(limit_key(hook_id)):
             self.outcomes.end(n, "dropped", "rate_limited")
             return probe_result(n)
         n.attempts = 1

@@ -7,7 +7,8 @@ bounded queue the workers take from.
   order, goes through the same rules as alone (REQ-1, REQ-6, REQ-9). Nothing read for one batch is kept
   for the next.
 * The per-hook limit is a ceiling (``switchboard.ratelimit.WindowLimiter``): no 60 s window admits
-  more than ``rate_per_minute`` notifications of one hook; the rest are dropped and counted.
+  more than ``rate_per_minute`` notifications of one hook; the rest are dropped and counted. On
+  PostgreSQL the window is held in the database, so it is one window for the whole cluster.
 * One bounded queue per instance (REQ-7). Full: the notification is dropped and counted, and a warning
   names the hook (never the URL); sustained overflow coalesces warnings per reason per window.
 """
@@ -26,7 +27,7 @@ from switchboard.notify.store import HookStore
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
 from switchboard.push import new_message_id
-from switchboard.ratelimit import WindowLimiter
+from switchboard.ratelimit import SharedWindow, WindowLimiter
 from switchboard.store.accounts import Endpoint
 from switchboard.store.presence import PresenceReturn
 from switchboard.store.todos import TodoStore
@@ -37,6 +38,11 @@ log = get_logger("switchboard.notify")
 
 RATE_WINDOW = 60.0  # SPEC-0024: "120 notifications per minute" per hook, as a ceiling
 NOTIFY_HOOKS_VERBS = frozenset(NOTIFY_HOOKS.verbs)
+
+
+def limit_key(hook_id: str) -> str:
+    """The hook's key in its rate window (shared windows hold other limits' keys too)."""
+    return f"hook:{hook_id}"
 
 
 def hooks_granted(endpoint: Endpoint) -> bool:
@@ -57,11 +63,13 @@ class Intake:
         flow: Flow,
         queue_size: int,
         rate_per_minute: float,
+        shared: SharedWindow | None = None,
     ) -> None:
         self.hooks, self.todos, self.metrics, self.clock = hooks, todos, metrics, clock
         self.outcomes, self.flow = outcomes, flow
         self.queue: asyncio.Queue[Notification] = asyncio.Queue(maxsize=queue_size)
-        self.limiter = WindowLimiter(clock, max(1, int(rate_per_minute)), RATE_WINDOW)
+        # On PostgreSQL the window is shared (store/windows.py): it holds for every instance and process.
+        self.limiter = WindowLimiter(clock, max(1, int(rate_per_minute)), RATE_WINDOW, shared=shared)
         flow.holds_nothing_when(self.queue.empty)
 
     async def on_transitions(self, batch: Sequence[Transition]) -> None:
@@ -100,7 +108,7 @@ class Intake:
                     self.metrics.notify_notifications.labels("todo.ready", "failed").inc()
                     continue
                 body = body or bodies.todo_ready(t, endpoint.slug, now)
-                self.offer(
+                await self.offer(
                     Notification(
                         id=new_message_id(),
                         type="todo.ready",
@@ -156,7 +164,7 @@ class Intake:
                 self.metrics.notify_notifications.labels("todos.backlog", "failed").inc()
                 continue
             body = bodies.todos_backlog(endpoint.slug, reason, pending, queues, age, now)
-            self.offer(
+            await self.offer(
                 Notification(
                     id=new_message_id(),
                     type="todos.backlog",
@@ -170,8 +178,8 @@ class Intake:
                 )
             )
 
-    def offer(self, n: Notification) -> None:
-        if not self.limiter.allow(n.hook_id):
+    async def offer(self, n: Notification) -> None:
+        if not await self.limiter.admit(limit_key(n.hook_id)):
             self.outcomes.dropped(n, "rate_limited")
             return
         self.put(n)

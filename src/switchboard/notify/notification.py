@@ -11,8 +11,11 @@ from typing import Any
 from switchboard.notify.deliveries import Attempt
 
 
-@dataclass
+@dataclass(slots=True)
 class Notification:
+    """Slotted, and holding nothing per instance it does not need: up to ``SWITCHBOARD_NOTIFY_QUEUE_SIZE``
+    of them wait in each worker's queue while receivers are down (scenario 3 of docs/benchmarks.md)."""
+
     id: str
     type: str  # todo.ready | todos.backlog
     hook_id: str
@@ -27,7 +30,7 @@ class Notification:
     stage: str = "queued"  # where a worker is with it, for the REQ-12 log line of an unexpected error
     reason: str | None = None  # the body's reason (created, requeued, clock_in, test, ...)
     test: bool = False  # a test send from the endpoint card
-    tried: list[Attempt] = field(default_factory=list)  # for the delivery log, once it has an outcome
+    tried: tuple[Attempt, ...] = ()  # for the delivery log, once it has an outcome (at most 3)
     detail: str | None = None  # why it was dropped, or its last error class, once it has an outcome
 
 

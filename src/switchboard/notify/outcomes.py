@@ -56,4 +56,7 @@ class Outcomes:
 
     def tried(self, n: Notification, status: int | None, error: str | None, duration: float) -> None:
         """Keep one attempt of ``n`` for its delivery-log record."""
-        n.tried.append(Attempt(n.attempts, ms(self.clock.now()), status, error, round(duration * 1000, 1)))
+        n.tried = (
+            *n.tried,
+            Attempt(n.attempts, ms(self.clock.now()), status, error, round(duration * 1000, 1)),
+        )

@@ -7,8 +7,8 @@ switchboard.notify.worker``) run the dispatcher: matching, the bounded queue, at
 
 Why several (``SWITCHBOARD_NOTIFY_PROCESSES``, one per core by default, at most 4): one child delivers on
 one core at most. Each endpoint's transitions always go to the same child (a hash of its id), so a
-hook's rate limit, health fold and disable live in one process, as with one child; the per-owner
-in-flight bound and the queue bound apply per child.
+hook's health fold and disable (and, on SQLite, its rate limit) live in one process, as with one child;
+the per-owner in-flight bound and the queue bound apply per child.
 
 The contract of REQ-7 holds across the pipe:
 
@@ -23,7 +23,9 @@ The contract of REQ-7 holds across the pipe:
 * A child that dies is started again (the others carry on), after 1 s, doubling up to 30 s while it keeps dying early; what
   it had in memory is lost, as a restart loses it (REQ-7).
 * Stopping closes the child's stdin: it stops taking work, drains within the dispatcher's drain
-  timeout, writes pending health and exits; it is killed if it has not exited some seconds later.
+  timeout, writes pending health and exits; it is killed if it has not exited some seconds later. A
+  child that was never handed a line beyond its settings holds nothing to drain and is killed at once
+  (a server stopped soon after it started does not wait seconds for its children's imports).
 """
 
 from __future__ import annotations
@@ -222,6 +224,9 @@ class WorkerProcess:
         self._idle_waits: dict[int, asyncio.Future[None]] = {}
         self._idle_seq = 0
         self._tests: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        # Whether this child was handed anything beyond its hello. A child that was not holds no work,
+        # so stopping need not wait for it to finish starting (its imports take seconds) and drain.
+        self._handed_work = False
 
     def send(self, data: bytes) -> bool:
         """Hand a line to the child without waiting; False when it cannot take it now."""
@@ -232,6 +237,7 @@ class WorkerProcess:
         if stdin.transport.get_write_buffer_size() > self.owner.max_buffer:
             return False
         stdin.write(data)
+        self._handed_work = True
         return True
 
     def start(self) -> None:
@@ -255,6 +261,10 @@ class WorkerProcess:
         proc = self.proc
         if proc is not None and proc.stdin is not None and not proc.stdin.is_closing():
             proc.stdin.close()  # EOF: the child drains and exits
+        if proc is not None and not self._handed_work and proc.returncode is None:
+            # Nothing to drain and nothing to lose: end it now, not after its imports (seconds).
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
         if proc is not None:
             try:
                 async with asyncio.timeout(self.owner.drain_timeout + STOP_GRACE):
@@ -304,6 +314,7 @@ class WorkerProcess:
                 log.error("notify worker failed to start", exc_info=True)
             else:
                 self.proc = proc
+                self._handed_work = False
                 self.starts += 1
                 self._down.clear()
                 self._running.set()
@@ -323,7 +334,7 @@ class WorkerProcess:
                         if not test.done():
                             test.set_exception(WorkerUnavailable("the notify worker exited"))
                 if owner._stopping:
-                    if returncode != 0:
+                    if returncode != 0 and self._handed_work:
                         log.error("notify worker exited", returncode=returncode)
                     return
                 log.error("notify worker exited; starting it again", returncode=returncode, pid=proc.pid)

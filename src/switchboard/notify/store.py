@@ -40,6 +40,7 @@ from sqlalchemy import (
     union_all,
     update,
 )
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from switchboard.clock import Clock, ms
 from switchboard.cred import Envelope
@@ -58,7 +59,7 @@ from switchboard.notify.hook_model import (
     SendableHook,
 )
 from switchboard.push import mint_secret, redact_url
-from switchboard.store.accounts import Endpoint
+from switchboard.store.accounts import Endpoint, lock_endpoint
 from switchboard.store.db import Database
 from switchboard.store.schema import endpoints, notify_hooks
 
@@ -177,33 +178,6 @@ class HookHealth:
         self.db, self.envelope, self.clock = db, envelope, clock
         self.grace_seconds = grace_seconds
 
-    async def record_attempt(self, hook_id: str, status: int | None, error: str | None) -> None:
-        """A non-final attempt: health fields only, the failure streak moves once per delivery."""
-        async with self.db.begin() as conn:
-            await conn.execute(
-                update(notify_hooks)
-                .where(notify_hooks.c.id == hook_id)
-                .values(last_attempt_at=ms(self.clock.now()), last_status=status, last_error=error)
-            )
-
-    async def record_delivered(self, hook_id: str, status: int, at_ms: int | None = None) -> None:
-        fold = HealthFold()
-        fold.delivered(status, at_ms if at_ms is not None else ms(self.clock.now()), "")
-        await self.record_outcomes(hook_id, fold)
-
-    async def record_failed(self, hook_id: str, status: int | None, error: str) -> HealthOutcome | None:
-        """One failed delivery, written at once (the dispatcher folds them: :meth:`record_outcomes`)."""
-        fold = HealthFold()
-        fold.failed(status, error, ms(self.clock.now()), "")
-        return await self.record_outcomes(hook_id, fold)
-
-    async def record_outcomes(
-        self, hook_id: str, fold: HealthFold, *, disabled_at: int | None = None
-    ) -> HealthOutcome | None:
-        """One hook's fold: :meth:`record_many` with one entry."""
-        stamp = fold.at if disabled_at is None else disabled_at
-        return (await self.record_many([(hook_id, fold, stamp)]))[hook_id]
-
     async def record_many(
         self, folds: Sequence[tuple[str, HealthFold, int]]
     ) -> dict[str, HealthOutcome | None]:
@@ -274,7 +248,7 @@ class HookStore(HookHealth):
         now = ms(self.clock.now())
         async with self.db.begin() as conn:
             # Serialise creates per endpoint so two racing calls cannot both pass the count.
-            await conn.execute(select(endpoints.c.id).where(endpoints.c.id == endpoint_id).with_for_update())
+            await lock_endpoint(conn, endpoint_id)
             used = (
                 await conn.execute(
                     select(func.count())
@@ -406,20 +380,6 @@ class HookStore(HookHealth):
 
     # -- dispatch ----------------------------------------------------------------------------------
 
-    async def enabled_for_endpoint(self, endpoint_id: str) -> list[Hook]:
-        stmt = select(notify_hooks).where(
-            notify_hooks.c.endpoint_id == endpoint_id, notify_hooks.c.enabled.is_(True)
-        )
-        async with self.db.read() as conn:
-            return [Hook.from_row(r) for r in (await conn.execute(stmt)).all()]
-
-    async def enabled_with_endpoint(self, endpoint_id: str) -> tuple[Endpoint, list[Hook]] | None:
-        """One endpoint's matching read (see :meth:`enabled_with_endpoints`)."""
-        found = (await self.enabled_with_endpoints([endpoint_id])).get(endpoint_id)
-        if found is None:
-            return None
-        return found.endpoint, [m.hook for m in found.hooks]
-
     async def enabled_with_endpoints(self, endpoint_ids: Iterable[str]) -> dict[str, EndpointHooks]:
         """Matching's one query for a whole batch: each endpoint (scope, presence, owner) with its enabled
         hooks, keyed by endpoint id. An endpoint with no enabled hook is absent."""
@@ -443,11 +403,6 @@ class HookStore(HookHealth):
     def open_url(self, hook_id: str, sealed: bytes) -> str:
         """A matched hook's URL (``MatchedHook.url_sealed``); raises ``EnvelopeError`` when it does not open."""
         return self.envelope.open(sealed, _aad(hook_id, "url"))
-
-    async def sendable(self, hook_id: str) -> SendableHook | None:
-        """Read right before an attempt: a deleted or disabled hook gets no attempt."""
-        row = (await self.sendable_rows([hook_id]))[hook_id]
-        return None if row is None else self.open_sendable(hook_id, row)
 
     async def sendable_rows(self, hook_ids: Iterable[str]) -> dict[str, Any]:
         """The rows :meth:`sendable` reads, for several hooks with one statement (the dispatcher batches the
@@ -484,3 +439,25 @@ class HookStore(HookHealth):
                 .values(prev_secret_enc=None, prev_secret_expires_at=None)
             )
         return int(result.rowcount or 0)
+
+
+# -- counts other parts show (the hooks home: tests/unit/test_sql_homes.py) ---------------------------
+
+
+async def count_hooks(conn: AsyncConnection, *, disabled: bool = False) -> int:
+    """Every hook of the instance (``disabled``: only the disabled ones)."""
+    stmt = select(func.count()).select_from(notify_hooks)
+    return int((await conn.execute(stmt.where(_H.enabled.is_(False)) if disabled else stmt)).scalar_one())
+
+
+async def hook_counts(conn: AsyncConnection, endpoint_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """``{endpoint_id: (hooks, disabled hooks)}`` of the given endpoints."""
+    if not endpoint_ids:
+        return {}
+    off = func.sum(case((_H.enabled.is_(False), 1), else_=0))
+    stmt = (
+        select(_H.endpoint_id, func.count(), off)
+        .where(_H.endpoint_id.in_(endpoint_ids))
+        .group_by(_H.endpoint_id)
+    )
+    return {r[0]: (int(r[1]), int(r[2] or 0)) for r in (await conn.execute(stmt)).all()}

@@ -126,7 +126,6 @@ def quiet_noisy_loggers() -> None:
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-LOG_FORMATS = ("json", "text")
 
 
 def configure_logging(level: str | None = None, fmt: str | None = None) -> None:

@@ -47,7 +47,15 @@ class Metrics:
             registry=r,
         )
         self.claims = Counter(
-            "switchboard_claims_total", "claim_next and claim calls by result.", ["result"], registry=r
+            "switchboard_claims_total",
+            "claim_next, claim_many and claim calls by result.",
+            ["result"],
+            registry=r,
+        )
+        self.claim_waiters = Gauge(
+            "switchboard_mcp_claim_waiters",
+            "claim_next and claim_many calls waiting (wait_seconds) for a todo on this instance.",
+            registry=r,
         )
         self.mcp_calls = Counter(
             "switchboard_mcp_calls_total",
@@ -62,6 +70,25 @@ class Metrics:
             "switchboard_transition_subscriber_errors_total",
             "Transition subscribers that raised or overflowed.",
             ["subscriber", "error"],
+            registry=r,
+        )
+        # The cluster relay (store/relay.py): other instances' ready transitions, on PostgreSQL.
+        self.relay_events = Counter(
+            "switchboard_cluster_relay_events_total",
+            "Transitions the cluster relay received from other instances (received), and payloads it "
+            "could not read (malformed).",
+            ["result"],
+            registry=r,
+        )
+        self.relay_connected = Gauge(
+            "switchboard_cluster_relay_connected",
+            "1 while the cluster relay's LISTEN connection is up (0: doorbells of other instances' "
+            "todos wait for the heartbeat).",
+            registry=r,
+        )
+        self.relay_reconnects = Counter(
+            "switchboard_cluster_relay_reconnects_total",
+            "Times the cluster relay's LISTEN connection came back after dropping.",
             registry=r,
         )
         self.ingest_seconds = Histogram(

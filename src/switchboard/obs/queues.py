@@ -12,30 +12,21 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from sqlalchemy import func, select
-
 from switchboard.obs.logs import get_logger
-from switchboard.store.schema import todos
+from switchboard.store.todo_queries import waiting_by_queue
 
 MAX_QUEUES = 50
 OTHER = "_other"
 READ_TIMEOUT = 2.0
-WAITING = ("pending", "failed")
 
 log = get_logger("switchboard.metrics")
-
-_STATEMENT = (
-    select(todos.c.queue, todos.c.status, func.count(), func.min(todos.c.created_at))
-    .where(todos.c.status.in_(WAITING))
-    .group_by(todos.c.queue, todos.c.status)
-)
 
 
 async def refresh_queue_gauges(services: Any) -> None:
     metrics = services.metrics
     try:
         async with asyncio.timeout(READ_TIMEOUT), services.db.read() as conn:
-            rows = (await conn.execute(_STATEMENT)).all()
+            rows = await waiting_by_queue(conn)
     except Exception as exc:  # a scrape must not fail because the database is slow; say so instead
         metrics.queue_stats_errors.inc()
         log.warning("queue statistics unavailable", error_type=type(exc).__name__)

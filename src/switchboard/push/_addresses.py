@@ -59,7 +59,6 @@ RESERVED_V6 = _nets6(
     "3fff::/20",  # documentation (RFC 9637)
     "fec0::/10",  # deprecated site-local (RFC 3879)
 )
-TEREDO_V6 = IPv6Network("2001::/32")  # RFC 4380
 
 #: Cloud metadata services outside link-local. They sit inside CGNAT and unique-local
 #: space, so a covering range must not open them (REQ-3): only an exact /32 or /128.

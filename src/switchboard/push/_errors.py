@@ -40,9 +40,6 @@ ADDRESS_REASONS = frozenset(
         "reserved",
     }
 )
-#: Reasons about the URL itself, or its lookup at create time.
-URL_REASONS = frozenset({"scheme", "userinfo", "too_long", "malformed", "unresolvable"})
-
 #: Reasons a tenant sees only as "address" (see TargetRejected).
 OPAQUE_REASONS = ADDRESS_REASONS | {"unresolvable"}
 
@@ -98,15 +95,10 @@ class TargetRejected(PushError):
         super().__init__(f"push target rejected ({reason}): {text}", stage="validate", reason=reason)
 
     @property
-    def public_reason(self) -> str:
-        """The reason a tenant may see. Whether a name does not resolve, or resolves to a private,
-        loopback or metadata address, is one answer, ``address``, or a tenant could map internal DNS
-        with it; :attr:`reason` and ``str(self)`` keep the detail for the operator's log and metrics."""
-        return "address" if self.reason in OPAQUE_REASONS else self.reason
-
-    @property
     def public_message(self) -> str:
-        """``str(self)`` as a tenant may see it (see :attr:`public_reason`)."""
+        """``str(self)`` as a tenant may see it. Whether a name does not resolve, or resolves to a private,
+        loopback or metadata address, is one answer, ``address``, or a tenant could map internal DNS with
+        it; :attr:`reason` and ``str(self)`` keep the detail for the operator's log and metrics."""
         if self.reason in OPAQUE_REASONS:
             return (
                 "push target rejected (address): the host does not resolve to an address this server may call"

@@ -14,7 +14,8 @@ from typing import Any
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
-from sqlalchemy import Row, func, insert, select, update
+from sqlalchemy import Row, Select, delete, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from switchboard.clock import Clock, ms
 from switchboard.ids import new_id
@@ -117,12 +118,15 @@ class AccountStore:
         if len(password) < 10:
             raise ValueError("password must be at least 10 characters")
         hid = new_id("hu")
+        # Hashed before the transaction: on SQLite a write transaction holds the database's write lock,
+        # and an argon2 hash inside it kept every other writer (ingest, claims) waiting for it.
+        password_hash = await asyncio.to_thread(_hasher.hash, password)
         async with self.db.begin() as conn:
             await conn.execute(
                 insert(humans).values(
                     id=hid,
                     email=email,
-                    password_hash=await asyncio.to_thread(_hasher.hash, password),
+                    password_hash=password_hash,
                     is_operator=operator,
                     created_at=ms(self.clock.now()),
                 )
@@ -283,3 +287,80 @@ class AccountStore:
             )
         self.changes.bump(endpoint_id)
         audit("token.revoke", actor=actor, endpoint_id=endpoint_id)
+
+
+# -- statements other parts run on ``endpoints`` -----------------------------------------------------
+# The endpoints home (tests/unit/test_sql_homes.py): these take the caller's connection, so each runs in
+# the caller's read or transaction (a presence move, a hook create, a route, an OAuth code exchange).
+
+
+def owned_ids(human_id: str) -> Select[tuple[str]]:
+    """The ids of a human's endpoints, as a sub-select (another aggregate's count by owner)."""
+    return select(endpoints.c.id).where(endpoints.c.human_id == human_id)
+
+
+def slug_of(endpoint_id: Any) -> Any:
+    """The slug of the endpoint ``endpoint_id`` (a column of another table), as a scalar sub-select: a
+    listing of another aggregate shows its endpoint's name without joining this table itself."""
+    return select(endpoints.c.slug).where(endpoints.c.id == endpoint_id).scalar_subquery()
+
+
+def verbs_of(endpoint_id: Any) -> Any:
+    """The granted verbs (JSON) of the endpoint ``endpoint_id``, as a scalar sub-select: another
+    aggregate's read checks a grant in its own statement."""
+    return select(endpoints.c.verbs).where(endpoints.c.id == endpoint_id).scalar_subquery()
+
+
+async def count_endpoints(conn: AsyncConnection, *, human_id: str | None = None) -> int:
+    stmt = select(func.count()).select_from(endpoints)
+    if human_id is not None:
+        stmt = stmt.where(endpoints.c.human_id == human_id)
+    return int((await conn.execute(stmt)).scalar_one())
+
+
+async def delete_endpoint(conn: AsyncConnection, endpoint_id: str) -> bool:
+    """Delete the endpoint row (its todos, hooks, routes, tasks and grants cascade). False: no such row."""
+    return (await conn.execute(delete(endpoints).where(endpoints.c.id == endpoint_id))).rowcount == 1
+
+
+async def lock_endpoint(conn: AsyncConnection, endpoint_id: str) -> None:
+    """Lock the endpoint's row until commit (PostgreSQL; SQLite writers are serial): serialises writes
+    that count something per endpoint, such as its notify hooks."""
+    await conn.execute(select(endpoints.c.id).where(endpoints.c.id == endpoint_id).with_for_update())
+
+
+async def id_and_owner(conn: AsyncConnection, slug: str) -> tuple[str, str] | None:
+    """(endpoint id, owning human id) of the endpoint named ``slug``."""
+    row = (
+        await conn.execute(select(endpoints.c.id, endpoints.c.human_id).where(endpoints.c.slug == slug))
+    ).first()
+    return None if row is None else (row.id, row.human_id)
+
+
+async def owns(conn: AsyncConnection, human_id: str, endpoint_id: str) -> bool:
+    """Whether the endpoint exists and belongs to the human."""
+    stmt = select(endpoints.c.id).where(endpoints.c.id == endpoint_id, endpoints.c.human_id == human_id)
+    return (await conn.execute(stmt)).first() is not None
+
+
+async def write_presence(
+    conn: AsyncConnection, endpoint_id: str, values: dict[str, object], now_ms: int
+) -> str:
+    """Set the clocked state or the override (``values``); returns the effective presence afterwards."""
+    await conn.execute(
+        update(endpoints).where(endpoints.c.id == endpoint_id).values(**values, updated_at=now_ms)
+    )
+    stmt = select(endpoints.c.presence, endpoints.c.presence_override).where(endpoints.c.id == endpoint_id)
+    row = (await conn.execute(stmt)).one()
+    return str(row.presence_override or row.presence)
+
+
+async def mark_presence_seen(conn: AsyncConnection, endpoint_id: str, effective: str) -> bool:
+    """Record ``effective`` as seen: one conditional UPDATE, so exactly one caller moves it."""
+    moved = await conn.execute(
+        update(endpoints)
+        .where(endpoints.c.id == endpoint_id, endpoints.c.presence_seen != effective)
+        .values(presence_seen=effective)
+        .returning(endpoints.c.id)
+    )
+    return moved.first() is not None

@@ -11,17 +11,13 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from sqlalchemy import select, update
-
 from switchboard.clock import Clock, ms
 from switchboard.obs.logs import get_logger
+from switchboard.store import accounts
 from switchboard.store.changes import EndpointChanges
 from switchboard.store.db import Database
-from switchboard.store.schema import endpoints
 
 log = get_logger("switchboard.presence")
-
-DIGEST_REASONS = ("clock_in", "operator", "shift_start", "override_end", "reconnect")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,33 +56,15 @@ class PresenceStore:
         if any(v not in ("in", "out", None) for v in values.values()):
             raise ValueError("presence must be in or out")
         async with self.db.begin() as conn:
-            await conn.execute(
-                update(endpoints)
-                .where(endpoints.c.id == endpoint_id)
-                .values(**values, updated_at=ms(self.clock.now()))
-            )
-            row = (
-                await conn.execute(
-                    select(endpoints.c.presence, endpoints.c.presence_override).where(
-                        endpoints.c.id == endpoint_id
-                    )
-                )
-            ).one()
+            effective = await accounts.write_presence(conn, endpoint_id, values, ms(self.clock.now()))
         self.changes.bump(endpoint_id)
-        effective = str(row.presence_override or row.presence)
         await self.announce(endpoint_id, effective, reason)
         return effective
 
     async def announce(self, endpoint_id: str, effective: str, reason: str) -> bool:
         """Record ``effective`` as seen. True only for the single caller that moved it, on out->in."""
         async with self.db.begin() as conn:
-            moved = await conn.execute(
-                update(endpoints)
-                .where(endpoints.c.id == endpoint_id, endpoints.c.presence_seen != effective)
-                .values(presence_seen=effective)
-                .returning(endpoints.c.id)
-            )
-            won = moved.first() is not None
+            won = await accounts.mark_presence_seen(conn, endpoint_id, effective)
         if won:
             self.changes.bump(endpoint_id)
         if won and effective == "in":

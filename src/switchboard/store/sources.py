@@ -5,15 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Row, String, bindparam, delete, insert, or_, select, update
+from sqlalchemy import Row, String, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from switchboard.clock import Clock, ms
 from switchboard.cred import Envelope
 from switchboard.ids import new_id
+from switchboard.store import accounts
 from switchboard.store.accounts import QUEUE, SLUG
 from switchboard.store.db import Database
 from switchboard.store.errors import Conflict, NotFound
-from switchboard.store.schema import endpoints, routes, sources
+from switchboard.store.schema import routes, sources
 from switchboard.text import admit_label
 
 KINDS = ("gitea", "github", "standard", "generic")
@@ -145,14 +147,11 @@ class SourceStore:
             ).first()
             if src is None:
                 raise NotFound(f"no source {source_slug!r}")
-            ep = (
-                await conn.execute(
-                    select(endpoints.c.id, endpoints.c.human_id).where(endpoints.c.slug == endpoint_slug)
-                )
-            ).first()
+            ep = await accounts.id_and_owner(conn, endpoint_slug)
             if ep is None:
                 raise NotFound(f"no endpoint {endpoint_slug!r}")
-            if ep.human_id != src.human_id:
+            endpoint_id, owner = ep
+            if owner != src.human_id:
                 # Whichever face asks (CLI, web): a route would hand one human's deliveries to another's
                 # agent. Same answer as an unknown endpoint, so it reveals nothing about other tenants.
                 raise NotFound(f"no endpoint {endpoint_slug!r} owned by the source's human")
@@ -160,7 +159,7 @@ class SourceStore:
                 select(routes.c.id).where(
                     routes.c.source_id == src.id,
                     routes.c.queue == queue,
-                    routes.c.endpoint_id == ep.id,
+                    routes.c.endpoint_id == endpoint_id,
                     routes.c.kind.is_(None) if kind is None else routes.c.kind == kind,
                 )
             )
@@ -172,7 +171,7 @@ class SourceStore:
                     source_id=src.id,
                     kind=kind,
                     queue=queue,
-                    endpoint_id=ep.id,
+                    endpoint_id=endpoint_id,
                     created_at=ms(self.clock.now()),
                 )
             )
@@ -203,13 +202,53 @@ class SourceStore:
                 routes.c.queue,
                 routes.c.created_at,
                 sources.c.slug.label("source"),
-                endpoints.c.slug.label("endpoint"),
+                accounts.slug_of(routes.c.endpoint_id).label("endpoint"),
             )
             .join(sources, sources.c.id == routes.c.source_id)
-            .join(endpoints, endpoints.c.id == routes.c.endpoint_id)
             .order_by(routes.c.created_at)
         )
         if human_id is not None:
             stmt = stmt.where(sources.c.human_id == human_id)
         async with self.db.read() as conn:
             return list((await conn.execute(stmt)).all())
+
+
+# -- statements other parts run on ``sources`` and ``routes`` ----------------------------------------
+# The sources-and-routes home (tests/unit/test_sql_homes.py): each takes the caller's connection.
+
+
+async def delete_source(conn: AsyncConnection, source_id: str) -> bool:
+    """Delete the source row (its routes cascade; its todos stay). False: no such row."""
+    return (await conn.execute(delete(sources).where(sources.c.id == source_id))).rowcount == 1
+
+
+async def count_sources(
+    conn: AsyncConnection, *, human_id: str | None = None, quarantined: bool = False
+) -> int:
+    stmt = select(func.count()).select_from(sources)
+    if human_id is not None:
+        stmt = stmt.where(sources.c.human_id == human_id)
+    if quarantined:
+        stmt = stmt.where(sources.c.quarantined.is_(True))
+    return int((await conn.execute(stmt)).scalar_one())
+
+
+async def count_routes(
+    conn: AsyncConnection, *, source_id: str | None = None, endpoint_id: str | None = None
+) -> int:
+    stmt = select(func.count()).select_from(routes)
+    if source_id is not None:
+        stmt = stmt.where(routes.c.source_id == source_id)
+    if endpoint_id is not None:
+        stmt = stmt.where(routes.c.endpoint_id == endpoint_id)
+    return int((await conn.execute(stmt)).scalar_one())
+
+
+async def route_of_human(conn: AsyncConnection, route_id: str, human_id: str) -> bool:
+    """True when the route's source belongs to this human (routes are managed by the source owner)."""
+    stmt = (
+        select(routes.c.id)
+        .join(sources, sources.c.id == routes.c.source_id)
+        .where(routes.c.id == route_id, sources.c.human_id == human_id)
+    )
+    return (await conn.execute(stmt)).first() is not None

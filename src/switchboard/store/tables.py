@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
-from switchboard.store import schema_a2a, schema_console, schema_web  # noqa: F401  (declare their tables)
+from switchboard.store import (  # noqa: F401  (declare their tables)
+    schema_a2a,
+    schema_cluster,
+    schema_console,
+    schema_web,
+)
 from switchboard.store.schema import metadata
 
 __all__ = ["metadata"]

@@ -10,6 +10,11 @@ Two stages:
 * ``subscribe_batch`` is the same subscription, except that its handler is given everything queued for it
   (up to ``max_batch``, in publish order) in one call: a subscriber whose cost is per call (a database
   read) pays it once per batch under load, and once per transition when transitions arrive one at a time.
+* ``remote=True`` (on PostgreSQL, docs/architecture.md "The cluster relay"): the subscriber also gets the
+  ready transitions other instances committed, carried by :mod:`switchboard.store.relay` and handed in
+  through :meth:`TransitionHub.publish_remote`. Only subscribers whose effect is per instance opt in (the
+  doorbell rings this instance's sessions); notify hooks and A2A push must fire once per transition, on
+  the instance that made it, so they never do.
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ class _Subscription:
     queue: asyncio.Queue[Transition]
     max_batch: int
     on_drop: Callable[[Transition], None] | None = None
+    remote: bool = False
     task: asyncio.Task[None] | None = None
     dropped: int = field(default=0)
 
@@ -87,6 +93,7 @@ class TransitionHub:
         self.instance_id = instance_id
         self._in_tx: list[InTxHandler] = []
         self._subs: list[_Subscription] = []
+        self._gap: list[Callable[[], Awaitable[None]]] = []
         self._running = False
 
     def add_in_transaction(self, handler: InTxHandler) -> None:
@@ -99,9 +106,15 @@ class TransitionHub:
         *,
         queue_size: int = 10_000,
         on_drop: Callable[[Transition], None] | None = None,
+        remote: bool = False,
     ) -> None:
-        """``on_drop`` lets a subscriber count what it never saw (SPEC-0024 REQ-7's dropped counter)."""
-        self._add(_Subscription(name, _one_at_a_time(handler), asyncio.Queue(maxsize=queue_size), 1, on_drop))
+        """``on_drop`` lets a subscriber count what it never saw (SPEC-0024 REQ-7's dropped counter);
+        ``remote``: also other instances' ready transitions (see the module docstring)."""
+        self._add(
+            _Subscription(
+                name, _one_at_a_time(handler), asyncio.Queue(maxsize=queue_size), 1, on_drop, remote
+            )
+        )
 
     def subscribe_batch(
         self,
@@ -111,6 +124,7 @@ class TransitionHub:
         queue_size: int = 10_000,
         max_batch: int = MAX_BATCH,
         on_drop: Callable[[Transition], None] | None = None,
+        remote: bool = False,
     ) -> None:
         """Like :meth:`subscribe`, but ``handler`` gets a non-empty list: whatever is queued for this
         subscriber when its task wakes, at most ``max_batch``, in publish order. It never waits for more
@@ -118,7 +132,7 @@ class TransitionHub:
         :meth:`subscribe`; a handler that raises loses its batch, and that is counted and logged once."""
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
-        self._add(_Subscription(name, handler, asyncio.Queue(maxsize=queue_size), max_batch, on_drop))
+        self._add(_Subscription(name, handler, asyncio.Queue(maxsize=queue_size), max_batch, on_drop, remote))
 
     def _add(self, sub: _Subscription) -> None:
         self._subs.append(sub)
@@ -129,11 +143,38 @@ class TransitionHub:
         for handler in self._in_tx:
             await handler(conn, transitions)
 
+    @property
+    def wants_remote(self) -> bool:
+        """True when a subscriber opted in to other instances' transitions (the relay listens only then)."""
+        return any(sub.remote for sub in self._subs)
+
+    def on_remote_gap(self, handler: Callable[[], Awaitable[None]]) -> None:
+        """``handler`` runs when other instances' transitions may have been missed (the relay's
+        connection dropped and came back): a remote subscriber catches up there (the doorbell rings its
+        heartbeat once)."""
+        self._gap.append(handler)
+
+    async def remote_gap(self) -> None:
+        for handler in self._gap:
+            try:
+                await handler()
+            except Exception:
+                log.error("remote gap handler raised", exc_info=True)
+
     def publish(self, transitions: Sequence[Transition]) -> None:
         """Called after commit. Never blocks and never raises."""
         for t in transitions:
             self._metrics.transitions.labels(t.transition).inc()
-            for sub in self._subs:
+        self._deliver(transitions, self._subs)
+
+    def publish_remote(self, transitions: Sequence[Transition]) -> None:
+        """Transitions another instance committed (the relay): to the subscribers that opted in only.
+        Not counted in the transitions metric, which counts what this instance made."""
+        self._deliver(transitions, [sub for sub in self._subs if sub.remote])
+
+    def _deliver(self, transitions: Sequence[Transition], subs: Sequence[_Subscription]) -> None:
+        for t in transitions:
+            for sub in subs:
                 try:
                     sub.queue.put_nowait(t)
                 except asyncio.QueueFull:

@@ -21,8 +21,8 @@ from sqlalchemy import delete, exists, insert, select, update
 from switchboard.clock import Clock, ms
 from switchboard.cred import Envelope
 from switchboard.ids import new_id
+from switchboard.store import accounts
 from switchboard.store.db import Database
-from switchboard.store.schema import endpoints
 from switchboard.store.schema_web import oauth_clients, oauth_codes, oauth_grants, oauth_tokens
 from switchboard.web.oauth_clients import OAuthClients
 from switchboard.web.store import hash_id
@@ -151,12 +151,7 @@ class OAuthStore(OAuthClients):
             )
             if consumed.rowcount != 1:
                 return None
-            owned = await conn.execute(
-                select(endpoints.c.id).where(
-                    endpoints.c.id == record.endpoint_id, endpoints.c.human_id == record.human_id
-                )
-            )
-            if owned.first() is None:
+            if not await accounts.owns(conn, record.human_id, record.endpoint_id):
                 return None
             grant_id = new_id("og")
             await conn.execute(

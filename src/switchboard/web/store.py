@@ -12,11 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import case, delete, func, insert, select
+from sqlalchemy import delete, func, insert, select
 
 from switchboard.clock import Clock, ms
+from switchboard.notify import store as hook_store
+from switchboard.store import accounts, todo_queries
+from switchboard.store import sources as source_store
 from switchboard.store.db import Database
-from switchboard.store.schema import endpoints, humans, notify_hooks, routes, sources, todos
+from switchboard.store.schema import humans
 from switchboard.store.schema_web import oauth_clients, oauth_grants, web_sessions
 
 
@@ -90,45 +93,18 @@ class WebStore:
 
     async def todo_counts(self, endpoint_ids: Sequence[str]) -> dict[str, dict[str, int]]:
         """``{endpoint_id: {status: count}}`` for the live statuses of the given endpoints."""
-        if not endpoint_ids:
-            return {}
-        stmt = (
-            select(todos.c.endpoint_id, todos.c.status, func.count())
-            .where(
-                todos.c.endpoint_id.in_(endpoint_ids), todos.c.status.in_(("pending", "claimed", "failed"))
-            )
-            .group_by(todos.c.endpoint_id, todos.c.status)
-        )
         async with self.db.read() as conn:
-            rows = (await conn.execute(stmt)).all()
-        out: dict[str, dict[str, int]] = {}
-        for endpoint_id, status, count in rows:
-            out.setdefault(endpoint_id, {})[status] = int(count)
-        return out
+            return await todo_queries.live_counts(conn, endpoint_ids)
 
     async def hook_counts(self, endpoint_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
         """``{endpoint_id: (hooks, disabled hooks)}``."""
-        if not endpoint_ids:
-            return {}
-        disabled = func.sum(case((notify_hooks.c.enabled.is_(False), 1), else_=0))
-        stmt = (
-            select(notify_hooks.c.endpoint_id, func.count(), disabled)
-            .where(notify_hooks.c.endpoint_id.in_(endpoint_ids))
-            .group_by(notify_hooks.c.endpoint_id)
-        )
         async with self.db.read() as conn:
-            rows = (await conn.execute(stmt)).all()
-        return {r[0]: (int(r[1]), int(r[2] or 0)) for r in rows}
+            return await hook_store.hook_counts(conn, endpoint_ids)
 
     async def route_for_human(self, route_id: str, human_id: str) -> bool:
         """True when the route's source belongs to this human (routes are managed by the source owner)."""
-        stmt = (
-            select(routes.c.id)
-            .join(sources, sources.c.id == routes.c.source_id)
-            .where(routes.c.id == route_id, sources.c.human_id == human_id)
-        )
         async with self.db.read() as conn:
-            return (await conn.execute(stmt)).first() is not None
+            return await source_store.route_of_human(conn, route_id, human_id)
 
     async def grants_for_endpoint(self, endpoint_id: str) -> list[GrantView]:
         stmt = (
@@ -169,17 +145,16 @@ class WebStore:
                     stmt = stmt.where(cond)
                 return int((await conn.execute(stmt)).scalar_one())
 
-            rows = (await conn.execute(select(todos.c.status, func.count()).group_by(todos.c.status))).all()
-            by_status: dict[str, int] = {str(r[0]): int(r[1]) for r in rows}
+            by_status = await todo_queries.by_status(conn)
             return {
                 "humans": await count(humans),
-                "endpoints": await count(endpoints),
-                "sources": await count(sources),
-                "quarantined_sources": await count(sources, sources.c.quarantined.is_(True)),
-                "routes": await count(routes),
+                "endpoints": await accounts.count_endpoints(conn),
+                "sources": await source_store.count_sources(conn),
+                "quarantined_sources": await source_store.count_sources(conn, quarantined=True),
+                "routes": await source_store.count_routes(conn),
                 "todos": {s: by_status.get(s, 0) for s in ("pending", "claimed", "failed", "done", "dead")},
-                "hooks": await count(notify_hooks),
-                "hooks_disabled": await count(notify_hooks, notify_hooks.c.enabled.is_(False)),
+                "hooks": await hook_store.count_hooks(conn),
+                "hooks_disabled": await hook_store.count_hooks(conn, disabled=True),
                 "oauth_clients": await count(oauth_clients),
                 "oauth_grants": await count(oauth_grants),
                 "sessions": await count(web_sessions, web_sessions.c.expires_at > ms(self.clock.now())),

@@ -12,6 +12,8 @@ from a2a.utils.errors import InvalidParamsError
 from standardwebhooks import Webhook
 
 from switchboard.a2a.config_types import SendableConfig
+from switchboard.a2a.configs import PUSH_VERB
+from switchboard.a2a.push_attempts import SCOPE_REVOKED
 from tests.integration.a2a.conftest import Env, a2a_env, message, push_config, send
 from tests.support.secrets import reveal
 
@@ -173,3 +175,26 @@ async def test_signing_configs_carry_the_token_as_bearer(tmp_path: Path) -> None
         assert push.request.header("authorization") == f"Bearer {TOKEN}"
         assert push.request.header("webhook-signature")
         assert json.loads(push.request.body)["task"]["id"] == task.id
+
+
+async def test_a_config_whose_owner_lost_the_push_verb_gets_no_attempt(env: Env) -> None:
+    """The grant is read with the config, right before each attempt (docs/a2a.md): once the owner's
+    endpoint no longer holds ``a2a_push_config``, nothing goes out and the delivery ends as revoked."""
+    client_endpoint, token = await env.endpoint("client")
+    worker = await env.worker()
+    client = await env.client(token)
+    task = await send(client, message())
+    await client.create_task_push_notification_config(push_config(env.url("/hook"), task_id=task.id))
+    (before,) = await stored(env, task.id)
+    assert before.granted
+
+    kept = [v for v in client_endpoint.verbs if v != PUSH_VERB]
+    assert len(kept) == len(client_endpoint.verbs) - 1
+    await env.services.accounts.set_scope(client_endpoint.id, verbs=kept)
+    (after,) = await stored(env, task.id)
+    assert not after.granted
+
+    await worker.ok("claim_next")
+    await env.settle()
+    assert env.pushes() == []
+    assert env.metric("switchboard_a2a_push_deliveries_total", outcome=SCOPE_REVOKED) == 1

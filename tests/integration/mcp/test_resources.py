@@ -22,7 +22,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND, TextResourceContents
 
 from switchboard.mcp.doorbell import queue_uri
-from switchboard.verbs import ALL_VERBS, DEFAULT_GRANT, NOTIFY_HOOKS
+from switchboard.verbs import ALL_VERBS, DEFAULT_GRANT, NOTIFY_HOOKS, required_grant
 from tests.integration.mcp.helpers import Bell, add_todo, call, connect, vend
 from tests.support.server import Instance
 
@@ -157,8 +157,9 @@ async def test_every_verb_has_an_output_schema_and_explicit_annotations(inst: In
     a = await vend(inst, "agent-a", verbs=[*DEFAULT_GRANT, *NOTIFY_HOOKS.verbs])
     async with connect(inst, a.token, mode="legacy") as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
-    assert set(tools) == {*DEFAULT_GRANT, *NOTIFY_HOOKS.verbs, "whoami", "subscribe_doorbell"}
-    assert set(tools) - {"whoami", "subscribe_doorbell"} <= ALL_VERBS
+    batch = {"claim_many", "ack_many"}  # on the claim_next and ack grants (verbs.required_grant)
+    assert set(tools) == {*DEFAULT_GRANT, *NOTIFY_HOOKS.verbs, *batch, "whoami", "subscribe_doorbell"}
+    assert {required_grant(name) for name in set(tools) - {"whoami", "subscribe_doorbell"}} <= ALL_VERBS
     for name, tool in tools.items():
         assert tool.output_schema is not None and tool.output_schema["type"] == "object", name
         hints = tool.annotations
@@ -175,6 +176,7 @@ async def test_every_verb_has_an_output_schema_and_explicit_annotations(inst: In
     assert tools["create_notify_hook"].annotations.open_world_hint is True  # type: ignore[union-attr]
     result_schema = tools["ack"].input_schema["properties"]["result"]
     assert set(result_schema["type"]) == {"object", "array", "string", "number", "boolean", "null"}
+    assert tools["ack_many"].annotations.destructive_hint is False  # type: ignore[union-attr]
 
 
 # -- resumable SSE (handshake era) ----------------------------------------------------------------------

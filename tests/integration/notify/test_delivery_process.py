@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import pytest
 from standardwebhooks import Webhook
 
 from switchboard.notify.component import NotifyComponent
+from switchboard.notify.dispatcher import Dispatcher
 from switchboard.notify.process import WORKER_COMMAND, RemoteDispatcher, child_of
 from switchboard.notify.wire import line
 from switchboard.notify.worker import NICENESS
@@ -41,7 +43,7 @@ async def penv(tmp_path: Path) -> AsyncIterator[Env]:
 
 def remote(env: Env) -> RemoteDispatcher:
     dispatcher = env.notify.dispatcher
-    assert isinstance(dispatcher, RemoteDispatcher) and env.notify.in_process is None
+    assert isinstance(dispatcher, RemoteDispatcher)
     return dispatcher
 
 
@@ -115,9 +117,26 @@ async def test_a_killed_worker_loses_only_notifications_and_is_started_again(pen
 
 async def test_stopping_the_server_stops_the_worker(tmp_path: Path) -> None:
     async with notify_env(tmp_path, notify_process=True) as env:
+        await remote(env).idle()  # a line beyond the hello: from here on it may hold work
         proc = remote(env).workers[0].proc
         assert proc is not None and proc.returncode is None
     assert proc.returncode == 0  # it drained and exited on its own, not killed
+
+
+async def test_a_worker_handed_nothing_is_not_waited_for_at_stop(tmp_path: Path) -> None:
+    """A child still starting (here: one that never gets past its imports) holds no work: the stop
+    ends it at once instead of waiting out the drain timeout and grace for it."""
+    settings = make_settings(tmp_path, notify_process=True)
+    services = build_services(settings)
+    never_ready = [sys.executable, "-c", "import time; time.sleep(3600)"]
+    dispatcher = RemoteDispatcher(services, retry_delays=[1.0], command=never_ready, drain_timeout=60.0)
+    await dispatcher.start()
+    proc = dispatcher.workers[0].proc
+    assert proc is not None and proc.returncode is None
+    async with asyncio.timeout(30):  # not the 60 s drain plus grace
+        await dispatcher.stop()
+    assert proc.returncode == -signal.SIGKILL
+    await services.close()
 
 
 def test_a_memory_database_is_refused(tmp_path: Path) -> None:
@@ -149,7 +168,7 @@ def test_by_default_the_worker_process_delivers_unless_the_database_is_in_memory
     in_memory = make_settings(tmp_path / "b", "sqlite+aiosqlite:///:memory:", notify_process=None)
     assert on_file.notify_in_worker_process() and not in_memory.notify_in_worker_process()
     assert isinstance(NotifyComponent(build_services(on_file)).dispatcher, RemoteDispatcher)
-    assert NotifyComponent(build_services(in_memory)).in_process is not None
+    assert isinstance(NotifyComponent(build_services(in_memory)).dispatcher, Dispatcher)
 
 
 async def test_a_stop_while_waiting_to_restart_does_not_wait_for_the_restart(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from switchboard.clock import ManualClock
 from switchboard.notify.component import NotifyComponent
+from switchboard.notify.reads import HookReads
 from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from switchboard.web.component import WebComponent
 from tests.integration.web.helpers import PASSWORD, Human, ManualFlow, csrf_of, human
@@ -158,7 +159,7 @@ async def test_hook_controls_on_the_card(inst: Instance) -> None:
             assert [(h["hook_id"], h["enabled"], h["disabled_reason"]) for h in listed] == [
                 (hook.id, False, "operator")
             ]
-            assert (await notify.store.sendable(hook.id)) is None  # stops firing at once
+            assert (await HookReads(notify.store).sendable(hook.id)) is None  # stops firing at once
             r = await person.post(f"/endpoints/hooky/hooks/{hook.id}/enable", {})
             assert r.status_code == 303
             listed = (await a.ok("list_notify_hooks"))["hooks"]

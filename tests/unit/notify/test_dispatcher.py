@@ -54,7 +54,6 @@ def dispatcher(ndb: NotifyDB, sender: ScriptedSender, **kw: Any) -> Dispatcher:
     kw.setdefault("retry_delays", (0.01, 0.02))
     return Dispatcher(
         hooks=ndb.hooks,
-        accounts=ndb.accounts,
         todos=cast(Any, None),
         sender=cast(Any, sender),
         metrics=ndb.metrics,

@@ -232,14 +232,14 @@ async def test_a_failing_signer_leaves_the_pool_whole_and_the_next_notification_
         failing = 7  # more failures than workers: a worker lost per failure would leave none
         await d.on_transitions([ready(a, "inbox", i) for i in range(7)])
         await asyncio.wait_for(d.idle(), 10)
-        assert d.workers_running == 3
+        assert d.pool.running == 3
         assert rx.ids == []
         row = await ndb.row(hook.id)  # seven failed deliveries of the hook, as the endpoint will see them
         assert (row.consecutive_failures, row.last_error, row.enabled) == (7, "internal_error", True)
         await d.on_transitions([ready(a, "inbox", 100)])
         await asyncio.wait_for(d.idle(), 10)
         assert len(rx.ids) == 1  # the next notification is delivered
-        assert d.workers_running == 3
+        assert d.pool.running == 3
     finally:
         await d.stop()
     assert metric(ndb, "switchboard_notify_worker_errors_total", stage="sign") == 7
@@ -276,7 +276,7 @@ async def test_a_worker_that_ends_anyway_is_started_again(ndb: NotifyDB, logs: L
     try:
         await d.on_transitions([ready(a, "inbox", 0)])
         await until(lambda: bool(logs.events("notify worker ended unexpectedly; starting it again")))
-        assert d.workers_running == 2 and d.pool._workers != first  # one task replaced, none missing
+        assert d.pool.running == 2 and d.pool._workers != first  # one task replaced, none missing
         await d.on_transitions([ready(a, "inbox", 1)])
         await until(lambda: len(rx.ids) == 1)
     finally:

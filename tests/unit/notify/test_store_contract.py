@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from switchboard.clock import ms
+from switchboard.notify.reads import HookReads
 from switchboard.notify.store import (
     DISABLE_AFTER,
     FOLD_STATEMENT_SIZES,
@@ -19,6 +20,7 @@ from switchboard.notify.store import (
     HealthFold,
     SendableHook,
 )
+from tests.support import hook_health
 from tests.unit.notify.conftest import NotifyDB, queries, selects_on_hooks, updates_on_hooks
 
 
@@ -56,7 +58,7 @@ def test_a_fold_is_its_outcomes_applied_in_turn(streak: int, outcomes: str) -> N
 async def test_ten_failures_in_one_fold_disable_once(ndb: NotifyDB) -> None:
     hook = await ndb.hook(await ndb.endpoint("ep-a"))
     with ndb.statements() as seen:
-        outcome = await ndb.hooks.record_outcomes(hook.id, fold_of("F" * 10))
+        outcome = await hook_health.record(ndb.hooks, hook.id, fold_of("F" * 10))
     assert len(queries(seen)) == 1 and len(updates_on_hooks(seen)) == 1
     assert outcome is not None and outcome.disabled_now and outcome.consecutive_failures == 10
     row = await ndb.row(hook.id)
@@ -65,7 +67,7 @@ async def test_ten_failures_in_one_fold_disable_once(ndb: NotifyDB) -> None:
     assert row.last_status == 503 and row.last_error == "server_error"
     # a later fold on the disabled hook (an attempt that was in flight) is not a second disable,
     # even at the same instant
-    again = await ndb.hooks.record_outcomes(hook.id, fold_of("F", at=1009))
+    again = await hook_health.record(ndb.hooks, hook.id, fold_of("F", at=1009))
     assert again is not None and not again.disabled_now and again.consecutive_failures == 11
     assert (await ndb.row(hook.id)).disabled_at == 1009
 
@@ -73,17 +75,17 @@ async def test_ten_failures_in_one_fold_disable_once(ndb: NotifyDB) -> None:
 async def test_the_stored_streak_counts(ndb: NotifyDB) -> None:
     hook = await ndb.hook(await ndb.endpoint("ep-a"))
     await ndb.set_hook(hook.id, consecutive_failures=7)
-    outcome = await ndb.hooks.record_outcomes(hook.id, fold_of("FF"))
+    outcome = await hook_health.record(ndb.hooks, hook.id, fold_of("FF"))
     assert outcome is not None and not outcome.disabled_now and outcome.consecutive_failures == 9
     assert (await ndb.row(hook.id)).enabled
-    outcome = await ndb.hooks.record_outcomes(hook.id, fold_of("F"))
+    outcome = await hook_health.record(ndb.hooks, hook.id, fold_of("F"))
     assert outcome is not None and outcome.disabled_now and not (await ndb.row(hook.id)).enabled
 
 
 async def test_a_success_resets_and_failures_after_it_count_from_zero(ndb: NotifyDB) -> None:
     hook = await ndb.hook(await ndb.endpoint("ep-a"))
     await ndb.set_hook(hook.id, consecutive_failures=7)
-    outcome = await ndb.hooks.record_outcomes(hook.id, fold_of("SFFF"))
+    outcome = await hook_health.record(ndb.hooks, hook.id, fold_of("SFFF"))
     row = await ndb.row(hook.id)
     assert outcome is not None and not outcome.disabled_now
     assert row.consecutive_failures == 3 and row.enabled
@@ -93,7 +95,7 @@ async def test_a_success_resets_and_failures_after_it_count_from_zero(ndb: Notif
 async def test_a_success_after_failures_resets(ndb: NotifyDB) -> None:
     hook = await ndb.hook(await ndb.endpoint("ep-a"))
     await ndb.set_hook(hook.id, consecutive_failures=7)
-    await ndb.hooks.record_outcomes(hook.id, fold_of("FFS"))  # 9, then delivered
+    await hook_health.record(ndb.hooks, hook.id, fold_of("FFS"))  # 9, then delivered
     row = await ndb.row(hook.id)
     assert row.consecutive_failures == 0 and row.enabled
     assert row.last_status == 204 and row.last_error is None and row.last_attempt_at == 1002
@@ -107,7 +109,7 @@ async def test_reaching_ten_inside_a_fold_disables_even_when_a_success_follows(n
     ):
         hook = await ndb.hook(await ndb.endpoint(slug))
         await ndb.set_hook(hook.id, consecutive_failures=stored)
-        outcome = await ndb.hooks.record_outcomes(hook.id, fold_of(outcomes))
+        outcome = await hook_health.record(ndb.hooks, hook.id, fold_of(outcomes))
         row = await ndb.row(hook.id)
         assert outcome is not None and outcome.disabled_now, slug
         assert not row.enabled and row.disabled_reason == "consecutive_failures", slug
@@ -117,7 +119,7 @@ async def test_reaching_ten_inside_a_fold_disables_even_when_a_success_follows(n
 async def test_a_disabled_hook_is_not_disabled_again_and_keeps_its_reason(ndb: NotifyDB) -> None:
     hook = await ndb.hook(await ndb.endpoint("ep-a"))
     assert await ndb.hooks.set_enabled_by_owner(hook.endpoint_id, hook.id, False)
-    outcome = await ndb.hooks.record_outcomes(hook.id, fold_of("F" * 12))
+    outcome = await hook_health.record(ndb.hooks, hook.id, fold_of("F" * 12))
     row = await ndb.row(hook.id)
     assert outcome is not None and not outcome.disabled_now
     assert row.disabled_reason == "operator" and row.consecutive_failures == 12
@@ -127,17 +129,17 @@ async def test_a_deleted_hook_writes_nothing(ndb: NotifyDB) -> None:
     endpoint = await ndb.endpoint("ep-a")
     hook = await ndb.hook(endpoint)
     await ndb.hooks.delete(endpoint.id, hook.id)
-    assert await ndb.hooks.record_outcomes(hook.id, fold_of("F")) is None
+    assert await hook_health.record(ndb.hooks, hook.id, fold_of("F")) is None
 
 
 async def test_the_legacy_single_outcome_writes_still_work(ndb: NotifyDB) -> None:
     hook = await ndb.hook(await ndb.endpoint("ep-a"))
     for _ in range(DISABLE_AFTER - 1):
-        outcome = await ndb.hooks.record_failed(hook.id, None, "timeout")
+        outcome = await hook_health.failed(ndb.hooks, hook.id, None, "timeout")
         assert outcome is not None and not outcome.disabled_now
-    outcome = await ndb.hooks.record_failed(hook.id, None, "timeout")
+    outcome = await hook_health.failed(ndb.hooks, hook.id, None, "timeout")
     assert outcome is not None and outcome.disabled_now
-    await ndb.hooks.record_delivered(hook.id, 204)
+    await hook_health.delivered(ndb.hooks, hook.id, 204)
     row = await ndb.row(hook.id)
     assert row.consecutive_failures == 0 and not row.enabled and row.last_error is None
 
@@ -163,8 +165,8 @@ async def test_matching_reads_every_endpoint_of_a_batch_in_one_statement(ndb: No
     assert opened == {"https://hooks.test/a1?key=QUERYCANARY", "https://hooks.test/a2?key=QUERYCANARY"}
     assert "QUERYCANARY" not in repr(found)  # the sealed URL is not in any repr either
     assert await ndb.hooks.enabled_with_endpoints([]) == {}
-    single = await ndb.hooks.enabled_with_endpoint(b.id)
-    assert single is not None and [h.id for h in single[1]] == [b1.id]
+    single = await ndb.hooks.enabled_with_endpoints([b.id])
+    assert [m.hook.id for m in single[b.id].hooks] == [b1.id]
 
 
 async def test_sendable_is_one_prebuilt_statement_and_carries_the_stored_streak(ndb: NotifyDB) -> None:
@@ -179,8 +181,8 @@ async def test_sendable_is_one_prebuilt_statement_and_carries_the_stored_streak(
 
     event.listen(ndb.db.engine.sync_engine, "before_execute", record)
     try:
-        first = await ndb.hooks.sendable(hook.id)
-        second = await ndb.hooks.sendable(hook.id)
+        first = await HookReads(ndb.hooks).sendable(hook.id)
+        second = await HookReads(ndb.hooks).sendable(hook.id)
     finally:
         event.remove(ndb.db.engine.sync_engine, "before_execute", record)
     assert first is not None and second is not None
@@ -190,16 +192,16 @@ async def test_sendable_is_one_prebuilt_statement_and_carries_the_stored_streak(
     statements = [e for e in executed if "notify_hooks" in str(e)]
     assert len(statements) == 2 and statements[0] is statements[1]  # built once, not per call
     await ndb.hooks.set_enabled_by_owner(endpoint.id, hook.id, False)
-    assert await ndb.hooks.sendable(hook.id) is None  # a disabled hook gets no attempt
+    assert await HookReads(ndb.hooks).sendable(hook.id) is None  # a disabled hook gets no attempt
     await ndb.hooks.set_enabled_by_owner(endpoint.id, hook.id, True)
     await ndb.hooks.delete(endpoint.id, hook.id)
-    assert await ndb.hooks.sendable(hook.id) is None
+    assert await HookReads(ndb.hooks).sendable(hook.id) is None
 
 
-async def test_record_outcomes_uses_the_given_disable_time(ndb: NotifyDB) -> None:
+async def test_a_fold_records_the_given_disable_time(ndb: NotifyDB) -> None:
     hook = await ndb.hook(await ndb.endpoint("ep-a"))
     now = ms(ndb.clock.now())
-    outcome = await ndb.hooks.record_outcomes(hook.id, fold_of("F" * 10, at=now), disabled_at=now + 1)
+    outcome = await hook_health.record(ndb.hooks, hook.id, fold_of("F" * 10, at=now), disabled_at=now + 1)
     assert outcome is not None and outcome.disabled_now and outcome.disabled_at == now + 1
     row = await ndb.row(hook.id)
     assert row.disabled_at == now + 1 and row.last_attempt_at == now + 9
@@ -210,7 +212,7 @@ async def test_many_hooks_folds_are_one_statement_with_each_hooks_own_outcome(nd
     row gets exactly what its own fold says, as if written alone."""
     endpoint = await ndb.endpoint("ep-a")
     tripping, recovering, gone = [await ndb.hook(endpoint) for _ in range(3)]
-    await ndb.hooks.record_outcomes(recovering.id, fold_of("FFFF"))
+    await hook_health.record(ndb.hooks, recovering.id, fold_of("FFFF"))
     await ndb.hooks.delete(endpoint.id, gone.id)
     with ndb.statements() as seen:
         out = await ndb.hooks.record_many(
@@ -282,7 +284,7 @@ async def test_reads_asked_for_together_are_one_statement_and_a_bad_row_fails_on
         )
     assert len(selects_on_hooks(seen)) == 1
     first, off, bad, gone, again = answers
-    assert isinstance(first, SendableHook) and first == await ndb.hooks.sendable(good.id) == again
+    assert isinstance(first, SendableHook) and first == await HookReads(ndb.hooks).sendable(good.id) == again
     assert first.consecutive_failures == 3
     assert off is None and gone is None
     assert isinstance(bad, Exception) and not isinstance(bad, SendableHook)
@@ -321,4 +323,4 @@ async def test_a_batched_read_that_is_cancelled_fails_its_waiters(ndb: NotifyDB)
             await waiter
     # the next read starts afresh and answers
     gate.set()
-    assert (await reads.sendable(hook.id)) == await ndb.hooks.sendable(hook.id)
+    assert (await reads.sendable(hook.id)) == await HookReads(ndb.hooks).sendable(hook.id)

@@ -6,7 +6,9 @@ by the owning human holds through any rotate until the human re-enables it. On b
 
 from __future__ import annotations
 
+from switchboard.notify.reads import HookReads
 from switchboard.notify.store import HealthFold
+from tests.support import hook_health
 from tests.unit.notify.conftest import NotifyDB
 
 
@@ -14,7 +16,7 @@ async def disable_automatically(ndb: NotifyDB, hook_id: str) -> None:
     fold = HealthFold()
     for i in range(10):
         fold.failed(503, "server_error", 1000 + i, f"msg_{i}")
-    outcome = await ndb.hooks.record_outcomes(hook_id, fold)
+    outcome = await hook_health.record(ndb.hooks, hook_id, fold)
     assert outcome is not None and outcome.disabled_now
 
 
@@ -25,7 +27,7 @@ async def test_a_human_disable_holds_through_a_rotate(ndb: NotifyDB) -> None:
     rotated, secret = await ndb.hooks.rotate(a.id, hook.id)
     assert secret.startswith("whsec_") and rotated.rotating_until is not None  # the secret did rotate
     assert (rotated.enabled, rotated.disabled_reason) == (False, "operator")
-    assert await ndb.hooks.sendable(hook.id) is None  # and nothing is sent
+    assert await HookReads(ndb.hooks).sendable(hook.id) is None  # and nothing is sent
     assert await ndb.hooks.set_enabled_by_owner(a.id, hook.id, True)  # only the human lifts it
     assert (await ndb.hooks.get(a.id, hook.id)).enabled
 
@@ -57,7 +59,7 @@ async def test_failures_never_relabel_a_human_disable(ndb: NotifyDB) -> None:
     fold = HealthFold()
     for i in range(12):  # outcomes of attempts in flight when the human disabled it
         fold.failed(None, "network", 2000 + i, f"msg_{i}")
-    outcome = await ndb.hooks.record_outcomes(hook.id, fold)
+    outcome = await hook_health.record(ndb.hooks, hook.id, fold)
     assert outcome is not None and not outcome.disabled_now
     assert (await ndb.hooks.get(a.id, hook.id)).disabled_reason == "operator"
     rotated, _ = await ndb.hooks.rotate(a.id, hook.id)

@@ -1,0 +1,205 @@
+"""The SQL of each aggregate has one home (issue 16): a module outside a table's home never builds an
+INSERT, UPDATE or DELETE on it, and reads it only where ``READ_ALLOW`` says why.
+
+Walked from the source with ``ast``: a table is seen wherever its ``Table`` object is named (imported from
+the schema modules, reached as ``schema.<table>``, or given another name by assignment) and in any
+string that reads like SQL on it, so a new statement anywhere in src/ is caught whatever builds it.
+docs/architecture.md ("SQL homes") lists the homes and the exceptions below.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
+from pathlib import Path
+
+import switchboard
+
+PACKAGE = Path(switchboard.__file__).parent
+SCHEMA_MODULES = {"switchboard.store.schema", "switchboard.store.schema_a2a"}
+DECLARED_IN = ("store/schema*.py",)  # where the tables are declared (not statements)
+
+# table -> the modules that are its home (paths relative to src/switchboard)
+HOMES: dict[str, tuple[str, ...]] = {
+    "todos": ("store/todo*.py",),  # todos + todo_moves + todo_reads + todo_queries: one aggregate, split
+    "endpoints": ("store/accounts.py",),
+    "sources": ("store/sources.py",),
+    "routes": ("store/sources.py",),
+    "notify_hooks": ("notify/store.py",),
+    "push_notification_configs": ("a2a/configs.py",),
+}
+
+# Reads outside a table's home, each with why it stays. The test fails on an entry that is no longer
+# needed, so this list only shrinks. Writes have no exceptions.
+READ_ALLOW: dict[tuple[str, str], str] = {
+    ("a2a/tasks.py", "todos"): (
+        "an A2A task is its a2a_tasks row joined to its todo (status, result, times), read and locked in "
+        "one statement and built into the a2a package's TaskRecord: in store/todo*.py the todos home "
+        "would depend on the a2a package"
+    ),
+    ("notify/store.py", "endpoints"): (
+        "matching reads each endpoint (scope, presence, owner) with its enabled hooks in one batched "
+        "statement on the delivery path: in store/accounts.py the endpoints home would depend on notify"
+    ),
+    ("store/admin.py", "notify_hooks"): (
+        "the delete confirmation counts the endpoint's hooks; store/ sits below notify/, so calling the "
+        "hooks home from here would make the store layer depend on a feature"
+    ),
+    ("store/console.py", "todos"): (
+        "the console's read model: the human's todos joined to their endpoints (scope, slug) in one paged "
+        "statement; either home taking it would read the other's table"
+    ),
+    ("store/console.py", "endpoints"): "the console's read model (see its todos entry)",
+}
+
+_VERBS = {
+    "insert": "insert",
+    "update": "update",
+    "delete": "delete",
+    "pg_insert": "insert",
+    "sqlite_insert": "insert",
+}
+# SQL keywords in capitals only: "reads from sources" in a docstring is prose, not a statement.
+_SQL = re.compile(r"\b(INSERT\s+INTO|UPDATE|DELETE\s+FROM|FROM|JOIN)\s+\"?(\w+)\"?")
+
+
+@dataclass
+class Use:
+    writes: set[str] = field(default_factory=set)  # tables written
+    reads: set[str] = field(default_factory=set)  # tables named anywhere (writes included)
+
+
+def table_uses(tree: ast.Module, tables: set[str]) -> Use:
+    """What one module does with ``tables``."""
+    names: dict[str, str] = {}  # local name -> table
+    modules: set[str] = set()  # local names of the schema modules
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in SCHEMA_MODULES:
+            names.update({a.asname or a.name: a.name for a in node.names if a.name in tables})
+        elif isinstance(node, ast.ImportFrom) and node.module == "switchboard.store":
+            modules.update(
+                a.asname or a.name for a in node.names if f"switchboard.store.{a.name}" in SCHEMA_MODULES
+            )
+        elif isinstance(node, ast.Import):
+            modules.update(a.asname or a.name for a in node.names if a.name in SCHEMA_MODULES and a.asname)
+    changed = True
+    while changed:  # ``cfg = push_notification_configs``: an alias is the table too
+        changed = False
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+            ):
+                table = _table(node.value, names, modules)
+                if table is not None and node.targets[0].id not in names:
+                    names[node.targets[0].id] = table
+                    changed = True
+    use = Use()
+    for node in ast.walk(tree):
+        table = _table(node, names, modules) if isinstance(node, ast.Name | ast.Attribute) else None
+        if table is not None:
+            use.reads.add(table)
+        if isinstance(node, ast.Call):
+            written = _written(node, names, modules)
+            if written is not None:
+                use.writes.add(written)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            for verb, name in _SQL.findall(node.value):
+                if name.lower() in tables:
+                    use.reads.add(name.lower())
+                    if not verb.upper().endswith(("FROM", "JOIN")) or verb.upper().startswith("DELETE"):
+                        use.writes.add(name.lower())
+    return use
+
+
+def _table(node: ast.AST, names: dict[str, str], modules: set[str]) -> str | None:
+    if isinstance(node, ast.Name):
+        return names.get(node.id)
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
+        return node.attr if node.attr in HOMES else None
+    return None
+
+
+def _written(call: ast.Call, names: dict[str, str], modules: set[str]) -> str | None:
+    func = call.func
+    verb = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+    if verb not in _VERBS:
+        return None
+    if call.args and (table := _table(call.args[0], names, modules)) is not None:
+        return table  # insert(todos), sqlalchemy.update(todos), pg_insert(todos)
+    if isinstance(func, ast.Attribute):
+        return _table(func.value, names, modules)  # todos.insert(), todos.delete()
+    return None
+
+
+def outside_homes(root: Path) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    """(module, table) pairs that write, and that read, a table outside its home."""
+    writes: set[tuple[str, str]] = set()
+    reads: set[tuple[str, str]] = set()
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if "migrations" in path.parts or any(fnmatch(rel, p) for p in DECLARED_IN):
+            continue
+        use = table_uses(ast.parse(path.read_text(), str(path)), set(HOMES))
+        for table in use.reads | use.writes:
+            if any(fnmatch(rel, home) for home in HOMES[table]):
+                continue
+            (writes if table in use.writes else reads).add((rel, table))
+    return writes, reads
+
+
+def test_no_module_outside_a_tables_home_writes_it() -> None:
+    writes, _ = outside_homes(PACKAGE)
+    assert writes == set(), "statements that write a table outside its home (move them there): " + ", ".join(
+        f"{m} writes {t}" for m, t in sorted(writes)
+    )
+
+
+def test_reads_outside_a_home_are_the_listed_exceptions_only() -> None:
+    writes, reads = outside_homes(PACKAGE)
+    unlisted = reads - set(READ_ALLOW)
+    assert unlisted == set(), (
+        "reads outside the table's home (move them, or list them with why): "
+        + ", ".join(f"{m} reads {t}" for m, t in sorted(unlisted))
+    )
+    stale = set(READ_ALLOW) - reads - writes
+    assert stale == set(), f"exceptions no longer needed (remove them here and in docs): {sorted(stale)}"
+
+
+def test_every_home_exists_and_holds_its_table() -> None:
+    for table, homes in HOMES.items():
+        found = [
+            p
+            for p in PACKAGE.rglob("*.py")
+            if any(fnmatch(p.relative_to(PACKAGE).as_posix(), h) for h in homes)
+        ]
+        assert found, f"no home module for {table}"
+        assert any(table in table_uses(ast.parse(p.read_text()), {table}).writes for p in found), table
+
+
+def test_the_walk_sees_each_way_of_naming_a_table(tmp_path: Path) -> None:
+    """The checker itself: each of these would slip past a check that only looked for one spelling."""
+    cases = {
+        "direct.py": "from switchboard.store.schema import todos\nupdate(todos).values(x=1)\n",
+        "aliased.py": "from switchboard.store.schema import todos as t\nq = t\nq.delete()\n",
+        "module.py": "from switchboard.store import schema\nsa.insert(schema.endpoints)\n",
+        "dialect.py": "from switchboard.store.schema import sources\npg_insert(sources).on_conflict_do_nothing()\n",
+        "raw.py": 'conn.exec_driver_sql("UPDATE notify_hooks SET enabled = false")\n',
+        "reader.py": "from switchboard.store.schema_a2a import push_notification_configs as c\nselect(c.c.id)\n",
+        "store/todo_x.py": "from switchboard.store.schema import todos\nupdate(todos)\n",  # a todos home
+    }
+    for name, text in cases.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    writes, reads = outside_homes(tmp_path)
+    assert writes == {
+        ("direct.py", "todos"),
+        ("aliased.py", "todos"),
+        ("module.py", "endpoints"),
+        ("dialect.py", "sources"),
+        ("raw.py", "notify_hooks"),
+    }
+    assert reads == {("reader.py", "push_notification_configs")}
