@@ -81,6 +81,9 @@ class Gate:
         self.services = tools.services
         self.doorbell = doorbell
         self.limiter = limiter
+        # (verb, code) -> its counter: labels() takes a lock and builds a key on every call. Bounded:
+        # verbs are this server's or "unknown", codes are the fixed error codes.
+        self._counters: dict[tuple[str, str], Any] = {}
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         if ctx.method == "tools/call":
@@ -145,7 +148,10 @@ class Gate:
         return endpoint
 
     def _count(self, verb: str, code: str) -> None:
-        self.services.metrics.mcp_calls.labels(verb, code).inc()
+        counter = self._counters.get((verb, code))
+        if counter is None:
+            counter = self._counters[verb, code] = self.services.metrics.mcp_calls.labels(verb, code)
+        counter.inc()
 
     # -- tools/list -------------------------------------------------------------------------------
 
