@@ -54,8 +54,9 @@ QUEUES = ("q1", "q2", "q3", "q4")
 TODOS = 2400
 AGENTS_PER_ENDPOINT = 4
 # Far above what any variant asks (one todo per call at 1,000 todos/s per endpoint), and no higher: on
-# PostgreSQL the limit is a cluster-wide window of one row per admission (store/windows.py), made on
-# each endpoint's first call, so 1,000,000 made the first claim wait for a million-row insert.
+# PostgreSQL the limit is a cluster-wide window (store/windows.py) made on each endpoint's first call.
+# It was once one row per admission (1,000,000 made the first claim wait for a million-row insert);
+# it is now one row of time buckets per endpoint, whatever the limit.
 MCP_RATE_PER_MINUTE = 120_000
 MAX_SECONDS = 15.0  # consumers stop after this even if todos remain
 BATCH = 10  # claim_many's max_todos, and pgqueuer's default batch_size

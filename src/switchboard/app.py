@@ -104,7 +104,15 @@ def create_app(services: Services, *, components: Sequence[Component] | None = N
             yield
         await services.close()
 
+    # Per-credential caps on MCP sessions and streams, so no endpoint can fill the instance (sessioncap.py).
+    capped_mcp = SessionCap(
+        mcp.app, sessions=settings.mcp_sessions_per_endpoint, streams=settings.mcp_streams_per_endpoint
+    )
     routes: list[BaseRoute] = [
+        # First: every MCP call matches here at once instead of after every other route's pattern (the
+        # web UI's included: about 50 regex matches per call, issue 18). The catch-all Mount below still
+        # serves the SDK's other paths (OAuth metadata, /authorize, /token...).
+        Route("/mcp", capped_mcp),
         Route("/healthz", healthz),
         Route("/readyz", readyz),
         Route("/metrics", metrics),
@@ -112,10 +120,6 @@ def create_app(services: Services, *, components: Sequence[Component] | None = N
     ]
     for component in components:
         routes.extend(component.routes())
-    # Per-credential caps on MCP sessions and streams, so no endpoint can fill the instance (sessioncap.py).
-    capped_mcp = SessionCap(
-        mcp.app, sessions=settings.mcp_sessions_per_endpoint, streams=settings.mcp_streams_per_endpoint
-    )
     routes.append(Mount("/", app=capped_mcp))
     middleware: list[Middleware] = []
     # Malformed JSON is refused before authentication or any SDK parser sees it (boundary.py).

@@ -46,14 +46,15 @@ class _Lease:
 
 class Leases:
     """Admissions taken from a shared window in chunks and used here without a round trip (the MCP call
-    limit, issue 18). A chunk is counted in the shared window as made at the end of its lease, so every
-    call admitted from it lies before its recorded time: the shared window's bound holds for every call
-    admitted anywhere. What a lease leaves unused is lost (the cluster then admits fewer, never more), so
-    the chunk follows the key's demand: 1 at first, then what the last lease's rate of use asks for
-    over one lease (at most doubling, at most ``max_chunk``), back to what was used when one expires
-    with some left. A refill that finds
-    the window full is remembered for ``hold`` seconds: a caller over the limit is refused without a
-    round trip, and may be refused up to ``hold`` seconds after a slot freed."""
+    limit, issue 18). A chunk is counted in the shared window over the whole of its lease (from the take
+    until ``hold`` seconds later), every moment a call from it can be made: the shared window's bound
+    holds for every call admitted anywhere. What a lease leaves unused is lost (the cluster then admits
+    fewer, never more), so the chunk follows the key's demand: 1 at first, then what the last lease's
+    rate of use asks for over one lease (at most doubling, at most ``max_chunk``), back to what was used
+    when one expires with some left. A refill that finds the window full (the store answers 0 only
+    then, never for a busy window; fewer than asked is not full) is remembered for ``hold`` seconds: a
+    caller over the limit is refused without a round trip, and may be refused up to ``hold`` seconds
+    after the window has room."""
 
     def __init__(self, hold: float, max_chunk: int, max_keys: int) -> None:
         self.hold, self.max_chunk, self.max_keys = hold, max_chunk, max_keys

@@ -17,6 +17,7 @@ from switchboard.obs.metrics import Metrics
 from switchboard.settings import Settings
 from switchboard.store.accounts import AccountStore
 from switchboard.store.admin import AdminStore
+from switchboard.store.changes import EndpointChanges
 from switchboard.store.console import ConsoleStore
 from switchboard.store.db import Database
 from switchboard.store.files import secure_data_dir
@@ -132,6 +133,7 @@ def build_services(
     if not db.is_sqlite:  # the cluster relay's sending half: NOTIFY on commit (store/relay.py)
         hub.add_in_transaction(send_in_transaction)
     retry = RetryPolicy(settings.retry_base_seconds, settings.retry_cap_seconds, settings.max_attempts)
+    changes = EndpointChanges()  # every endpoint write of this process; the MCP token cache reads it
     return Services(
         settings=settings,
         clock=clock,
@@ -140,11 +142,11 @@ def build_services(
         metrics=metrics,
         hub=hub,
         todos=TodoStore(db, hub, clock, retry),
-        accounts=AccountStore(db, clock, endpoints_per_human=settings.endpoints_per_human),
+        accounts=AccountStore(db, clock, endpoints_per_human=settings.endpoints_per_human, changes=changes),
         sources=SourceStore(db, envelope, clock),
-        presence=PresenceStore(db, clock),
+        presence=PresenceStore(db, clock, changes),
         instance_id=instance_id,
-        admin=AdminStore(db, clock),
+        admin=AdminStore(db, clock, changes),
         console=ConsoleStore(db, clock),
         resolver=resolver,
         ssl_context=ssl_context,

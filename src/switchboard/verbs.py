@@ -60,3 +60,13 @@ DEFAULT_GRANT: tuple[str, ...] = CONSUMER.verbs
 
 def unknown_verbs(verbs: list[str] | tuple[str, ...]) -> list[str]:
     return [v for v in verbs if v not in ALL_VERBS]
+
+
+# Verbs that are batch or combined forms of a grantable verb: they need that verb's grant and add no
+# grant name of their own (an endpoint granted ``claim_next`` may claim several at once).
+GRANTED_BY: dict[str, str] = {"claim_many": "claim_next", "ack_many": "ack"}
+
+
+def required_grant(verb: str) -> str:
+    """The grant a verb needs: its own name, or the verb it is a batch form of (``GRANTED_BY``)."""
+    return GRANTED_BY.get(verb, verb)

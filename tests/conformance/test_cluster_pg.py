@@ -95,6 +95,7 @@ def p99(samples: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
+@pytest.mark.alone  # a 100 ms p99: run with the machine to itself (scripts/test)
 async def test_a_todo_created_through_a_rings_a_session_on_b_within_100_ms(
     cluster: tuple[Conf, Conf],
 ) -> None:

@@ -3,9 +3,10 @@
 The SDK authenticates every HTTP request through :class:`EndpointTokenVerifier` (401 from its
 ``RequireAuthMiddleware`` when it answers ``None``). Both kinds of credential come out in one shape:
 ``AccessToken(client_id=<endpoint id>, subject=<slug>, scopes=<verbs>, claims={switchboard_endpoint:
-<endpoint id>, switchboard_via: ...})``. The endpoint is read from the database once per call: for a
-credential, by the verifier (the gate reuses that read); for an OAuth token, by the gate. The gate then
-checks the verb against the endpoint's scope; :class:`GrantNarrowing` then
+<endpoint id>, switchboard_via: ...})``. The endpoint is read from the database at most once per call:
+for a credential, by the verifier, which keeps a verified credential's row while it is provably current
+(:class:`EndpointTokenVerifier`) and which the gate reuses; for an OAuth token, by the gate. The gate
+then checks the verb against the endpoint's scope; :class:`GrantNarrowing` then
 holds an OAuth token to the verbs its human granted, so a verb the token lacks is ``forbidden`` exactly
 as a verb the endpoint lacks.
 
@@ -17,7 +18,9 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import OrderedDict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -26,13 +29,16 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, RevocationOptions
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import PrivateAttr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from switchboard.mcp.errors import error_result
 from switchboard.ratelimit import WindowLimiter
 from switchboard.services import TokenLookup
 from switchboard.settings import Settings
-from switchboard.store.accounts import AccountStore, Endpoint, hash_token
+from switchboard.store.accounts import TOKEN_PREFIX, AccountStore, Endpoint, hash_token
+from switchboard.store.changes import SqliteDataVersion
+from switchboard.verbs import required_grant
 
 if TYPE_CHECKING:
     from switchboard.services import Services
@@ -44,7 +50,7 @@ VIA_OAUTH = "oauth"
 OAUTH_CLIENT_CLAIM = "switchboard_oauth_client"
 GRANT_CLAIM = "switchboard_grant"  # the verbs the human granted the OAuth client
 
-VERIFIED_TTL = 5.0  # seconds an endpoint read at verification serves the same request's gate
+VERIFIED_TTL = 2.0  # seconds a verified credential is trusted without reading its endpoint again
 VERIFIED_KEPT = 4096  # credentials remembered at most (one per endpoint in use)
 
 # TokenLookup (switchboard.services): a second way to recognise a bearer token (an OAuth access token).
@@ -52,58 +58,114 @@ VERIFIED_KEPT = 4096  # credentials remembered at most (one per endpoint in use)
 # for, and whose scopes are the verbs it may call now.
 
 
+class EndpointAccess(AccessToken):
+    """An endpoint credential's ``AccessToken``, carrying the endpoint row it was verified as, so the
+    gate takes the row from the request's own token (no second read, no lookup, no race with another
+    request of the same credential). The row is not a field: it is not compared or serialized."""
+
+    _endpoint: Endpoint | None = PrivateAttr(default=None)
+
+    @property
+    def endpoint(self) -> Endpoint | None:
+        return self._endpoint
+
+
+@dataclass(slots=True)
+class _Verified:
+    endpoint: Endpoint
+    access: EndpointAccess
+    generation: tuple[int, int]  # EndpointChanges.generation before the read
+    version: int | None  # SQLite's data_version before the read (None on PostgreSQL)
+    at: float
+
+
 class EndpointTokenVerifier:
     """The SDK ``TokenVerifier``: tries the endpoint credential, then any extra lookups in order.
+
+    A verified credential is kept (by its hash, never the token itself) with the endpoint row it
+    resolved to, and is answered from there without a database read while all of these hold:
+
+    * it was read less than :data:`VERIFIED_TTL` seconds ago;
+    * no write to that endpoint's row committed in this process since (``EndpointChanges``: scope,
+      token re-vend or revoke, presence, delete): such a write applies to the very next request;
+    * on SQLite, the database file has not changed at all since (``PRAGMA data_version``), so a write
+      by another process (the CLI) applies to the very next request too.
+
+    So on SQLite nothing is ever answered from a row that differs from the database; on PostgreSQL a
+    change made through another instance applies on this one within :data:`VERIFIED_TTL`.
 
     Store errors propagate on purpose: answering ``None`` would tell a client its credential is bad
     when only the database is down (the surface turns them into 503).
     """
 
-    def __init__(self, accounts: AccountStore, lookups: Sequence[TokenLookup] = ()) -> None:
+    def __init__(
+        self,
+        accounts: AccountStore,
+        lookups: Sequence[TokenLookup] = (),
+        *,
+        sqlite_path: Path | None = None,
+        ttl: float = VERIFIED_TTL,
+        now: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._accounts = accounts
         self._lookups = list(lookups)
-        # token hash -> (the endpoint this instance read for it, when): the gate takes the endpoint from
-        # here instead of reading it a second time in the same call (docs/mcp.md, "Grants").
-        self._verified: OrderedDict[str, tuple[Endpoint, float]] = OrderedDict()
+        self._changes = accounts.changes
+        self._version = SqliteDataVersion(sqlite_path) if sqlite_path is not None else None
+        self._ttl, self._now = ttl, now
+        # token hash -> what it was verified as; least recently verified first.
+        self._verified: OrderedDict[str, _Verified] = OrderedDict()
 
     def add_lookup(self, lookup: TokenLookup) -> None:
         self._lookups.append(lookup)
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        endpoint = await self._accounts.endpoint_by_token(token)
-        if endpoint is not None:
-            self._remember(token, endpoint)
-            return AccessToken(
-                token=token,
-                client_id=endpoint.id,
-                scopes=list(endpoint.verbs),
-                subject=endpoint.slug,
-                claims={ENDPOINT_CLAIM: endpoint.id, VIA_CLAIM: VIA_CREDENTIAL},
-            )
-        for lookup in self._lookups:
-            access = await lookup(token)
-            if access is not None and endpoint_id_of(access):
+        if token.startswith(TOKEN_PREFIX):
+            key = hash_token(token)
+            hit = self._fresh(key)
+            if hit is not None:
+                return hit.access
+            # Stamp before reading: a change that commits meanwhile makes the entry stale, not wrong.
+            version = self._version.current() if self._version is not None else None
+            changes = self._changes.total
+            endpoint = await self._accounts.endpoint_by_token(token)
+            if endpoint is not None:
+                access = EndpointAccess(
+                    token=token,
+                    client_id=endpoint.id,
+                    scopes=list(endpoint.verbs),
+                    subject=endpoint.slug,
+                    claims={ENDPOINT_CLAIM: endpoint.id, VIA_CLAIM: VIA_CREDENTIAL},
+                )
+                access._endpoint = endpoint
+                if self._changes.total == changes:  # else an endpoint changed while we read: no entry
+                    self._remember(key, endpoint, access, version)
                 return access
+        for lookup in self._lookups:
+            found = await lookup(token)
+            if found is not None and endpoint_id_of(found):
+                return found
         return None
 
     def verified(self, access: AccessToken) -> Endpoint | None:
-        """The endpoint read from the database when this request's credential was verified, or None
-        (an OAuth token, or a read older than :data:`VERIFIED_TTL`): then the caller reads it itself.
+        """The endpoint this request's credential was verified as, or None (an OAuth token, or an
+        entry no longer current): then the caller reads it itself."""
+        return access.endpoint if isinstance(access, EndpointAccess) else None
 
-        Every request verifies its credential with a fresh read (``verify_token``), so a revoked token
-        is refused and a scope change applies on the next call, on every instance. An entry is at
-        least as new as that read; the TTL and the size bound only keep the map small."""
-        if (access.claims or {}).get(VIA_CLAIM) != VIA_CREDENTIAL:
+    def _fresh(self, key: str) -> _Verified | None:
+        hit = self._verified.get(key)
+        if hit is None:
             return None
-        hit = self._verified.get(hash_token(access.token))
-        if hit is None or time.monotonic() - hit[1] > VERIFIED_TTL:
+        if self._now() - hit.at >= self._ttl or self._changes.generation(hit.endpoint.id) != hit.generation:
             return None
-        endpoint = hit[0]
-        return endpoint if endpoint.id == endpoint_id_of(access) else None
+        if self._version is not None and self._version.current() != hit.version:
+            return None
+        return hit
 
-    def _remember(self, token: str, endpoint: Endpoint) -> None:
-        key = hash_token(token)
-        self._verified[key] = (endpoint, time.monotonic())
+    def _remember(self, key: str, endpoint: Endpoint, access: EndpointAccess, version: int | None) -> None:
+        if self._version is not None and version is None:
+            return  # the file's version could not be read: nothing to vouch for the row later
+        generation = self._changes.generation(endpoint.id)
+        self._verified[key] = _Verified(endpoint, access, generation, version, self._now())
         self._verified.move_to_end(key)
         while len(self._verified) > VERIFIED_KEPT:
             self._verified.popitem(last=False)
@@ -112,7 +174,10 @@ class EndpointTokenVerifier:
 def verifier_for(services: Services) -> EndpointTokenVerifier:
     """The verifier for one instance: the endpoint credential plus every lookup components registered
     in ``services.token_lookups`` (the web UI registers the OAuth access-token lookup)."""
-    return EndpointTokenVerifier(services.accounts, services.token_lookups)
+    db = services.db
+    path = db.engine.url.database if db.is_sqlite else None
+    sqlite_path = Path(path) if path and path != ":memory:" else None
+    return EndpointTokenVerifier(services.accounts, services.token_lookups, sqlite_path=sqlite_path)
 
 
 def endpoint_id_of(access: AccessToken) -> str | None:
@@ -146,7 +211,8 @@ async def authenticate_bearer(services: Services, token: str) -> Endpoint | None
     returned ``verbs`` exactly as the MCP gate does. Store errors propagate (answer 503, not 401)."""
     if not token or len(token) > 200:
         return None
-    access = await verifier_for(services).verify_token(token)
+    # A verifier of its own, with no cache: this is one request's one check.
+    access = await EndpointTokenVerifier(services.accounts, services.token_lookups).verify_token(token)
     if access is None:
         return None
     endpoint_id = endpoint_id_of(access)
@@ -174,12 +240,18 @@ class GrantNarrowing:
         if ctx.method == "tools/call":
             params = ctx.params if isinstance(ctx.params, Mapping) else {}
             name = params.get("name")
-            if isinstance(name, str) and name not in granted:
+            if isinstance(name, str) and required_grant(name) not in granted:
                 return error_result("forbidden", f"the verb {name[:64]!r} is not granted to this endpoint")
             return await call_next(ctx)
         result = await call_next(ctx)
         if isinstance(result, dict) and isinstance(result.get("tools"), list):
-            result["tools"] = [t for t in result["tools"] if isinstance(t, dict) and t.get("name") in granted]
+            result["tools"] = [
+                t
+                for t in result["tools"]
+                if isinstance(t, dict)
+                and isinstance(t.get("name"), str)
+                and required_grant(t["name"]) in granted
+            ]
         return result
 
 

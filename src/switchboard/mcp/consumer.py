@@ -8,7 +8,6 @@ No ``from __future__ import annotations`` here: argument types are built from se
 time (the lease ceiling) and the SDK reads them from the function signatures.
 """
 
-import json
 from typing import Annotated, Any, Literal
 
 from mcp.server import MCPServer
@@ -16,43 +15,22 @@ from mcp_types import ToolAnnotations
 from pydantic import Field
 
 from switchboard.ids import looks_like
-from switchboard.mcp.schemas import AnyJson, HeartbeatResult, MaybeTodoResult, Todo, TodoPage, TodoResult
-from switchboard.mcp.tools import (
-    ToolContext,
-    VerbError,
-    current_endpoint,
-    not_found,
-    require_queues,
-    todo_view,
+from switchboard.mcp.batch import (
+    UNANSWERABLE,
+    Answer,
+    Claimer,
+    QueueName,
+    Queues,
+    WaitSeconds,
+    register_batch_verbs,
+    result_problem,
 )
-from switchboard.store.todos import MAX_RESULT_DEPTH
-from switchboard.text import MAX_JSON_DEPTH, Unstorable, admit
-
-MAX_RESULT_BYTES = 64 * 1024
-MAX_BURIED_PER_CLAIM = 8
-UNANSWERABLE = "its stored payload cannot be sent as JSON (stored before the text boundary)"
+from switchboard.mcp.schemas import AnyJson, HeartbeatResult, MaybeTodoResult, TodoPage, TodoResult
+from switchboard.mcp.tools import ToolContext, VerbError, current_endpoint, not_found, todo_view
+from switchboard.text import Unstorable
 
 TodoId = Annotated[str, Field(min_length=1, max_length=64, description="A todo id, td_...")]
-QueueName = Annotated[str, Field(min_length=1, max_length=64)]
 Status = Literal["pending", "claimed", "done", "failed", "dead", "canceled"]
-
-
-class Answer:
-    """Builds a claim's answer inside the claim's transaction (``TodoStore.claim(answer=...)``): if the
-    view cannot be sent as JSON, :class:`Unstorable` rolls the claim back."""
-
-    def __init__(self) -> None:
-        self.view: Todo | None = None
-        self.todo_id = ""
-
-    def __call__(self, row: Any) -> None:
-        self.todo_id = row.id
-        try:
-            view = todo_view(row)
-        except ValueError as exc:  # a stored payload that does not parse back
-            raise Unstorable("the stored payload does not parse") from exc
-        admit(view, max_depth=MAX_JSON_DEPTH + 2)  # raises Unstorable: the claim rolls back
-        self.view = view
 
 
 def register_consumer_verbs(server: MCPServer[Any], tc: ToolContext) -> None:
@@ -60,6 +38,7 @@ def register_consumer_verbs(server: MCPServer[Any], tc: ToolContext) -> None:
     settings = services.settings
     todos = services.todos
     claims = services.metrics.claims
+    claimer = Claimer(services)
     lease_doc = (
         f"Lease length in seconds (default {settings.lease_seconds}, at most {settings.max_lease_seconds}). "
         "Heartbeat before it ends or the todo goes back to pending."
@@ -73,30 +52,16 @@ def register_consumer_verbs(server: MCPServer[Any], tc: ToolContext) -> None:
         return VerbError("conflict", f"the todo is {row.status}, not {expected}")
 
     async def claim_next(
-        queues: Annotated[
-            list[QueueName] | None,
-            Field(
-                min_length=1, max_length=64, description="Queues to claim from; default: every scope queue."
-            ),
-        ] = None,
-        lease_seconds: Lease = None,
+        queues: Queues = None, lease_seconds: Lease = None, wait_seconds: WaitSeconds = 0
     ) -> MaybeTodoResult:
         """Claim the oldest pending todo on your queues. Returns {"todo": {...}} with its payload, or
-        {"todo": null} when nothing is pending. Errors: invalid_argument (queue outside your scope)."""
+        {"todo": null} when nothing is pending (with wait_seconds: when nothing became ready in that
+        time). Errors: invalid_argument (queue outside your scope)."""
         endpoint = current_endpoint()
-        wanted = require_queues(endpoint, queues) if queues is not None else list(endpoint.queues)
+        wanted = claimer.wanted(endpoint, queues)
         lease = lease_seconds or settings.lease_seconds
-        for _ in range(MAX_BURIED_PER_CLAIM):
-            answer = Answer()
-            try:
-                row = await todos.claim_next(endpoint.id, wanted, lease, answer=answer)
-            except Unstorable:
-                # The claim rolled back; the todo would head the queue for ever: bury it and go on.
-                await todos.bury(endpoint.id, answer.todo_id, UNANSWERABLE)
-                continue
-            claims.labels("claimed" if row is not None else "empty").inc()
-            return {"todo": answer.view}
-        raise VerbError("conflict", "several todos at the head of the queue could not be answered; retry")
+        views = await claimer.claim(endpoint, wanted, lease, 1, wait_seconds)
+        return {"todo": views[0] if views else None}
 
     async def claim(todo_id: TodoId, lease_seconds: Lease = None) -> TodoResult:
         """Claim one specific pending todo. Errors: not_found, conflict (not pending), forbidden (its
@@ -151,12 +116,9 @@ def register_consumer_verbs(server: MCPServer[Any], tc: ToolContext) -> None:
         endpoint = current_endpoint()
         if not looks_like("td", todo_id):
             raise not_found()
-        try:
-            admit(result, max_depth=MAX_RESULT_DEPTH)
-        except Unstorable as exc:
-            raise VerbError("invalid_argument", f"result: {exc}") from None
-        if len(json.dumps(result, separators=(",", ":")).encode()) > MAX_RESULT_BYTES:
-            raise VerbError("invalid_argument", "result is larger than 64 KiB serialized")
+        problem = result_problem(result)
+        if problem is not None:
+            raise VerbError("invalid_argument", problem)
         row = await todos.ack(endpoint.id, todo_id, result)
         if row is None:
             raise await explain(endpoint.id, todo_id, "claimed")
@@ -215,6 +177,7 @@ def register_consumer_verbs(server: MCPServer[Any], tc: ToolContext) -> None:
 
     tc.add_tool(claim_next, name="claim_next", title="Claim the next todo", annotations=hints())
     tc.add_tool(claim, name="claim", title="Claim a todo", annotations=hints())
+    register_batch_verbs(server, tc, claimer)
     tc.add_tool(heartbeat, name="heartbeat", title="Extend a lease", annotations=hints(idempotent=True))
     tc.add_tool(ack, name="ack", title="Finish a todo", annotations=hints())
     tc.add_tool(fail, name="fail", title="Give a todo back", annotations=hints(destructive=True))

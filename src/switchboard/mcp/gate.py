@@ -42,9 +42,13 @@ from switchboard.mcp.tools import ToolContext, acting_as
 from switchboard.ratelimit import WindowLimiter
 from switchboard.store.accounts import Endpoint
 from switchboard.store.errors import StoreUnavailable
-from switchboard.verbs import ALL_VERBS
+from switchboard.verbs import ALL_VERBS, required_grant
 
 UNSERVED = frozenset({"prompts/list", "prompts/get"})
+
+
+def _grant(name: object) -> object:
+    return required_grant(name) if isinstance(name, str) else name
 
 
 def _honest(result: HandlerResult) -> HandlerResult:
@@ -77,6 +81,9 @@ class Gate:
         self.services = tools.services
         self.doorbell = doorbell
         self.limiter = limiter
+        # (verb, code) -> its counter: labels() takes a lock and builds a key on every call. Bounded:
+        # verbs are this server's or "unknown", codes are the fixed error codes.
+        self._counters: dict[tuple[str, str], Any] = {}
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         if ctx.method == "tools/call":
@@ -101,7 +108,7 @@ class Gate:
         name = params.get("name")
         if not isinstance(name, str):
             return await call_next(ctx)  # malformed request: the SDK answers invalid params
-        label = name if name in ALL_VERBS or name in self.tools.ungated else "unknown"
+        label = name if required_grant(name) in ALL_VERBS or name in self.tools.ungated else "unknown"
         verdict = await self._admit(name)
         if verdict is None:
             self._count("unknown", "protocol_error")
@@ -136,12 +143,15 @@ class Gate:
             return error_result("unavailable", UNAVAILABLE_MESSAGE)
         if endpoint is None:
             return error_result("forbidden", "this endpoint no longer exists")
-        if name not in self.tools.ungated and name not in endpoint.verbs:
+        if name not in self.tools.ungated and required_grant(name) not in endpoint.verbs:
             return error_result("forbidden", f"the verb {name[:64]!r} is not granted to this endpoint")
         return endpoint
 
     def _count(self, verb: str, code: str) -> None:
-        self.services.metrics.mcp_calls.labels(verb, code).inc()
+        counter = self._counters.get((verb, code))
+        if counter is None:
+            counter = self._counters[verb, code] = self.services.metrics.mcp_calls.labels(verb, code)
+        counter.inc()
 
     # -- tools/list -------------------------------------------------------------------------------
 
@@ -152,7 +162,9 @@ class Gate:
         allowed = set(self.tools.ungated) | set(endpoint.verbs if endpoint else ())
         result = await call_next(ctx)
         if isinstance(result, dict) and isinstance(result.get("tools"), list):
-            result["tools"] = [t for t in result["tools"] if isinstance(t, dict) and t.get("name") in allowed]
+            result["tools"] = [
+                t for t in result["tools"] if isinstance(t, dict) and _grant(t.get("name")) in allowed
+            ]
         return result
 
     # -- subscriptions/listen ---------------------------------------------------------------------

@@ -62,6 +62,25 @@ class MaybeTodoResult(TypedDict):
     todo: Todo | None
 
 
+class TodoBatch(TypedDict):
+    todos: list[Todo]
+
+
+class AckError(TypedDict):
+    code: str
+    message: str
+
+
+class AckOutcome(TypedDict):
+    todo_id: str
+    ok: bool
+    error: NotRequired[AckError]  # present when ok is false
+
+
+class AckManyResult(TypedDict):
+    results: list[AckOutcome]
+
+
 class TodoPage(TypedDict):
     todos: list[Todo]
     next_before: str | None

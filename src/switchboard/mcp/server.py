@@ -243,13 +243,15 @@ def build_mcp(services: Services, *, extra_tools: Sequence[ToolRegistrar] = ()) 
         max_request_body_size=settings.max_body_bytes,
         max_sessions=settings.mcp_max_sessions,  # per endpoint: switchboard.sessioncap
         transport_security=transport_security(settings),
-        # SSE events carry ids and a retry hint, so a client whose stream dropped resumes it with
-        # Last-Event-ID (handshake era; the SDK primes streams for 2025-11-25 clients and newer).
+        # Streams carry event ids (and, when primed, a retry hint), so a client whose stream dropped
+        # resumes it with Last-Event-ID: the handshake era's GET stream (the doorbell) and replays.
         event_store=MemoryEventStore(),
         retry_interval=RETRY_MS,
-        # Calls stay answered as resumable SSE streams (issue 20). Plain JSON replies would halve a
-        # no-op call's cost (issue 18) but leave a dropped answer nothing to resume from; the choice
-        # is open (docs/mcp.md).
+        # A call is answered with one JSON body, not an SSE stream: no verb streams anything before its
+        # answer, and the stream cost about 2.5 times the CPU of a no-op call (issue 18, docs/mcp.md
+        # "Answers: JSON for calls, SSE for streams"). Streams stay SSE: the GET stream, replays, and
+        # 2026-07-28's subscriptions/listen (the SDK streams it whatever this says).
+        json_response=True,
     )
     # The resource handlers go on the low-level server the session manager serves (see resources.py).
     QueueResources(services, doorbell.sessions).install(server.session_manager.app)

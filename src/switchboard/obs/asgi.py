@@ -83,6 +83,7 @@ class McpTiming:
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app, self.metrics = app, metrics
+        self._children: dict[tuple[str, str], Any] = {}  # bounded: METHODS x ALL_VERBS, plus "other"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"].rstrip("/") != MCP_PATH:
@@ -117,6 +118,11 @@ class McpTiming:
             await send(message)
             if message["type"] == "http.response.body" and not message.get("more_body", False) and not done:
                 done = True
-                self.metrics.mcp_request_seconds.labels(method, verb).observe(time.monotonic() - started)
+                child = self._children.get((method, verb))
+                if child is None:
+                    child = self._children[method, verb] = self.metrics.mcp_request_seconds.labels(
+                        method, verb
+                    )
+                child.observe(time.monotonic() - started)
 
         await self.app(scope, replayed, timed_send)

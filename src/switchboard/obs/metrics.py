@@ -47,7 +47,15 @@ class Metrics:
             registry=r,
         )
         self.claims = Counter(
-            "switchboard_claims_total", "claim_next and claim calls by result.", ["result"], registry=r
+            "switchboard_claims_total",
+            "claim_next, claim_many and claim calls by result.",
+            ["result"],
+            registry=r,
+        )
+        self.claim_waiters = Gauge(
+            "switchboard_mcp_claim_waiters",
+            "claim_next and claim_many calls waiting (wait_seconds) for a todo on this instance.",
+            registry=r,
         )
         self.mcp_calls = Counter(
             "switchboard_mcp_calls_total",

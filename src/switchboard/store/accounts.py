@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from switchboard.clock import Clock, ms
 from switchboard.ids import new_id
 from switchboard.obs.audit import audit
+from switchboard.store.changes import EndpointChanges
 from switchboard.store.db import Database
 from switchboard.store.errors import Conflict
 from switchboard.store.schema import endpoints, humans
@@ -94,8 +95,16 @@ class Endpoint:
 
 
 class AccountStore:
-    def __init__(self, db: Database, clock: Clock, *, endpoints_per_human: int = 50) -> None:
+    def __init__(
+        self,
+        db: Database,
+        clock: Clock,
+        *,
+        endpoints_per_human: int = 50,
+        changes: EndpointChanges | None = None,
+    ) -> None:
         self.db, self.clock = db, clock
+        self.changes = changes or EndpointChanges()  # cached rows go stale on these (mcp/auth.py)
         self.endpoints_per_human = endpoints_per_human
 
     # -- humans ------------------------------------------------------------------------------------
@@ -248,6 +257,7 @@ class AccountStore:
             values["queues"] = json.dumps(sorted(set(queues)))
         async with self.db.begin() as conn:
             await conn.execute(update(endpoints).where(endpoints.c.id == endpoint_id).values(**values))
+        self.changes.bump(endpoint_id)
         audit(
             "endpoint.scope",
             actor=actor,
@@ -264,6 +274,7 @@ class AccountStore:
                 .where(endpoints.c.id == endpoint_id)
                 .values(token_hash=hash_token(token), token_hint=token[:8], updated_at=ms(self.clock.now()))
             )
+        self.changes.bump(endpoint_id)
         audit("token.revend", actor=actor, endpoint_id=endpoint_id)
         return token
 
@@ -274,6 +285,7 @@ class AccountStore:
                 .where(endpoints.c.id == endpoint_id)
                 .values(token_hash=None, token_hint=None, updated_at=ms(self.clock.now()))
             )
+        self.changes.bump(endpoint_id)
         audit("token.revoke", actor=actor, endpoint_id=endpoint_id)
 
 

@@ -23,6 +23,7 @@ from switchboard.ids import new_id
 from switchboard.store import accounts, todo_queries
 from switchboard.store import sources as source_store
 from switchboard.store.accounts import EMAIL
+from switchboard.store.changes import EndpointChanges
 from switchboard.store.db import Database
 from switchboard.store.errors import Conflict, NotFound
 from switchboard.store.schema import humans, notify_hooks
@@ -53,8 +54,9 @@ class Invite:
 
 
 class AdminStore:
-    def __init__(self, db: Database, clock: Clock) -> None:
+    def __init__(self, db: Database, clock: Clock, changes: EndpointChanges | None = None) -> None:
         self.db, self.clock = db, clock
+        self.changes = changes or EndpointChanges()
 
     # -- passwords and sessions ---------------------------------------------------------------------
 
@@ -124,6 +126,7 @@ class AdminStore:
             if row.is_operator and await self._operators(conn) <= 1:
                 raise Conflict("this is the last operator: grant the role to someone else first")
             await conn.execute(delete(humans).where(humans.c.id == human_id))
+        self.changes.bump_all()  # their endpoints went with them
         return gone
 
     async def endpoint_dependents(self, endpoint_id: str) -> dict[str, int]:
@@ -145,6 +148,7 @@ class AdminStore:
         async with self.db.begin() as conn:
             if not await accounts.delete_endpoint(conn, endpoint_id):
                 raise NotFound("no such endpoint")
+        self.changes.bump(endpoint_id)
         return gone
 
     async def source_dependents(self, source_id: str) -> dict[str, int]:

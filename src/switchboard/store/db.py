@@ -77,10 +77,18 @@ class Database:
         self._writer: AsyncEngine = self.engine.execution_options(switchboard_write=True)
         # Single reads in autocommit: no BEGIN/ROLLBACK around one SELECT (asyncpg skips them in
         # AUTOCOMMIT; the SQLite begin hook skips its BEGIN for ``switchboard_plain``).
-        self._plain: AsyncEngine = self.engine.execution_options(
-            isolation_level="AUTOCOMMIT", switchboard_plain=True
+        # SQLite needs no isolation change for that (its connections are in the driver's autocommit
+        # mode), and changing it costs three trips to the driver's thread per use (set, then reset
+        # with a PRAGMA on the way back to the pool).
+        self._plain: AsyncEngine = (
+            self.engine.execution_options(switchboard_plain=True)
+            if self.is_sqlite
+            else self.engine.execution_options(isolation_level="AUTOCOMMIT", switchboard_plain=True)
         )
         self._compiled: dict[UpdateBase, _Compiled] = {}  # write_returning, SQLite
+        # SQLite has one writer at a time: this process's claims and acks queue here, in order, instead
+        # of each holding a pooled connection asleep in SQLite's busy handler (sqlite_transaction).
+        self._sqlite_writer = asyncio.Lock()
 
     @property
     def dialect(self) -> str:
@@ -143,6 +151,34 @@ class Database:
         except (sqlite3.Error, OperationalError, InterfaceError, OSError) as exc:
             raise StoreUnavailable("database unavailable") from exc
         return [tuple(row) for row in rows]
+
+    @asynccontextmanager
+    async def sqlite_transaction(self) -> AsyncIterator[tuple[AsyncConnection, Any]]:
+        """SQLite only: a write transaction on the driver connection itself, for the claim path.
+
+        Yields the SQLAlchemy connection (for in-transaction handlers, whose statements join the
+        transaction) and the aiosqlite connection (one trip to its thread per statement, where an
+        ``AsyncConnection.execute`` takes several). BEGIN IMMEDIATE and COMMIT are sent here; this
+        process's callers take turns on an asyncio lock first, so none of them waits in SQLite's busy
+        handler for another (only other processes' writers can make it wait). Errors come out as store
+        errors, and anything raised inside rolls the transaction back."""
+        assert self.is_sqlite
+        async with self._sqlite_writer:
+            try:
+                async with self._plain.connect() as conn:
+                    raw = await conn.get_raw_connection()
+                    driver: Any = raw.driver_connection  # aiosqlite, in autocommit: we BEGIN ourselves
+                    await driver.execute_fetchall("BEGIN IMMEDIATE")
+                    try:
+                        yield conn, driver
+                    except BaseException:
+                        await driver.rollback()
+                        raise
+                    await driver.commit()
+            except sqlite3.IntegrityError as exc:
+                raise Conflict(str(exc).splitlines()[0][:200]) from exc
+            except (sqlite3.Error, OperationalError, InterfaceError, OSError) as exc:
+                raise StoreUnavailable("database unavailable") from exc
 
     def _compiled_sql(self, statement: UpdateBase) -> _Compiled:
         """SQL text, parameter order and the values of the statement's own literals (its defaults)."""

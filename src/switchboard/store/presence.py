@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from switchboard.clock import Clock, ms
 from switchboard.obs.logs import get_logger
 from switchboard.store import accounts
+from switchboard.store.changes import EndpointChanges
 from switchboard.store.db import Database
 
 log = get_logger("switchboard.presence")
@@ -32,8 +33,9 @@ PresenceListener = Callable[[PresenceReturn], Awaitable[None]]
 
 
 class PresenceStore:
-    def __init__(self, db: Database, clock: Clock) -> None:
+    def __init__(self, db: Database, clock: Clock, changes: EndpointChanges | None = None) -> None:
         self.db, self.clock = db, clock
+        self.changes = changes or EndpointChanges()
         self._listeners: list[PresenceListener] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -55,6 +57,7 @@ class PresenceStore:
             raise ValueError("presence must be in or out")
         async with self.db.begin() as conn:
             effective = await accounts.write_presence(conn, endpoint_id, values, ms(self.clock.now()))
+        self.changes.bump(endpoint_id)
         await self.announce(endpoint_id, effective, reason)
         return effective
 
@@ -62,6 +65,8 @@ class PresenceStore:
         """Record ``effective`` as seen. True only for the single caller that moved it, on out->in."""
         async with self.db.begin() as conn:
             won = await accounts.mark_presence_seen(conn, endpoint_id, effective)
+        if won:
+            self.changes.bump(endpoint_id)
         if won and effective == "in":
             event = PresenceReturn(endpoint_id, reason, self.clock.now())
             for listener in self._listeners:

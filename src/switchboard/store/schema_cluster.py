@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, Integer, String, Table
+from sqlalchemy import Column, String, Table, Text
 
 from switchboard.store.schema import metadata
 
-# Shared rate windows (store/windows.py): ``limit`` slots per key, each holding the time of one
-# admission (microseconds on the database's clock). An admission takes a slot whose time is more than
-# a window old, so no window ever holds more than ``limit`` admissions for the key, across every
-# process and instance. Used on PostgreSQL; declared on both engines like every table.
-rate_slots = Table(
-    "rate_slots",
+# Shared rate windows (store/windows.py): one row per key, ``buckets`` the JSON
+# ``{"b": [[start, end, count], ...], "t": taken}``: ``count`` admissions whose calls fall in
+# ``[start, end)`` (microseconds on the database's clock), buckets a sixtieth of the window wide, only
+# those some window reaching now can touch kept, so the row stays small whatever the limit; ``t`` is
+# what the last admission took (its RETURNING). Used on PostgreSQL; declared on both engines.
+rate_buckets = Table(
+    "rate_buckets",
     metadata,
     Column("key", String(100), primary_key=True),  # e.g. "hook:nh_..."
-    Column("slot", Integer, primary_key=True, autoincrement=False),
-    Column("at", BigInteger, nullable=False),
+    Column("buckets", Text, nullable=False),
 )

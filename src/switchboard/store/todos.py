@@ -22,14 +22,14 @@ from switchboard.delivery.backoff import Backoff
 from switchboard.ids import todo_id
 from switchboard.store.db import Database
 from switchboard.store.schema import LIVE_DEDUP_PREDICATE, LIVE_STATUSES, PENDING_PREDICATE, todos
+from switchboard.store.todo_claims import MAX_RESULT_DEPTH, Moved, TodoClaims
+from switchboard.store.todo_claims import Answer as ClaimAnswer
 from switchboard.store.todo_moves import Answer, TodoMoves, sender_gate
 from switchboard.store.todo_reads import TodoReads
 from switchboard.store.transitions import InTxHandler, Transition, TransitionHub
 from switchboard.text import admit
 
-# An ack result is also an A2A task's artifact: a protobuf Struct, whose JSON parser stops at 100 message
-# levels, two per JSON level. Deeper results would make every GetTask and ListTasks of that sender fail.
-MAX_RESULT_DEPTH = 32
+__all__ = ["MAX_RESULT_DEPTH", "CreateResult", "NewTodo", "RetryPolicy", "TodoStore", "claim_pick"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +79,10 @@ def claim_pick(endpoint_id: str, queues: Sequence[str]) -> Select[tuple[str]]:
     )
 
 
-class TodoStore(TodoMoves, TodoReads):
-    """Every move of a todo (here; the shared transaction and the sweeps in :class:`TodoMoves`) and
-    the reads (:class:`TodoReads`): one object, so every face calls the same store."""
+class TodoStore(TodoClaims, TodoMoves, TodoReads):
+    """Every move of a todo (here; the claim path in :class:`TodoClaims`, the shared transaction and
+    the sweeps in :class:`TodoMoves`) and the reads (:class:`TodoReads`): one object, so every face
+    calls the same store."""
 
     def __init__(
         self, db: Database, hub: TransitionHub, clock: Clock, retry: RetryPolicy | None = None
@@ -144,19 +145,16 @@ class TodoStore(TodoMoves, TodoReads):
     # -- claim, heartbeat, ack, fail, cancel ---------------------------------------------------------
 
     async def claim_next(
-        self, endpoint_id: str, queues: Sequence[str], lease_seconds: float, *, answer: Answer | None = None
-    ) -> Row[Any] | None:
-        if not queues:
-            return None
-        now = self.clock.now()
-        pick = claim_pick(endpoint_id, queues).scalar_subquery()
-        stmt = (
-            update(todos)
-            .where(todos.c.id == pick, todos.c.status == "pending")
-            .values(**_claimed(now, lease_seconds))
-            .returning(*todos.c)
-        )
-        return await self._move_one(stmt, "claimed", None, now, answer)
+        self,
+        endpoint_id: str,
+        queues: Sequence[str],
+        lease_seconds: float,
+        *,
+        answer: ClaimAnswer | None = None,
+    ) -> Moved | None:
+        """The endpoint's oldest pending todo on ``queues``, claimed: a :meth:`claim_many` of one."""
+        rows = await self.claim_many(endpoint_id, queues, lease_seconds, 1, answer=answer)
+        return rows[0] if rows else None
 
     async def claim(
         self,
@@ -204,23 +202,12 @@ class TodoStore(TodoMoves, TodoReads):
         async with self.db.begin() as conn:
             return (await conn.execute(stmt)).first()
 
-    async def ack(self, endpoint_id: str, todo: str, result: Any) -> Row[Any] | None:
+    async def ack(self, endpoint_id: str, todo: str, result: Any) -> Moved | None:
         """Raises :class:`switchboard.text.Unstorable` (nothing written) for a result no reader could
-        parse back: lone surrogates, NaN, nesting past :data:`MAX_RESULT_DEPTH`."""
-        admit(result, max_depth=MAX_RESULT_DEPTH)
-        now = self.clock.now()
-        stmt = (
-            update(todos)
-            .where(self._live_lease(endpoint_id, todo, now))
-            .values(
-                status="done",
-                lease_expires_at=None,
-                result=None if result is None else json.dumps(result, allow_nan=False),
-                updated_at=ms(now),
-            )
-            .returning(*todos.c)
-        )
-        return await self._move_one(stmt, "done", None, now)
+        parse back: lone surrogates, NaN, nesting past :data:`MAX_RESULT_DEPTH`. An :meth:`ack_many`
+        of one."""
+        rows = await self.ack_many(endpoint_id, [(todo, result)])
+        return rows[0] if rows else None
 
     async def fail(self, endpoint_id: str, todo: str, error: str, *, retry: bool) -> Row[Any] | None:
         """ADR-0007: back to ``failed`` with a due time, or ``dead`` when out of attempts or told not to retry."""

@@ -17,6 +17,7 @@ from switchboard.mcp.errors import TODO_NOT_FOUND
 from switchboard.store.errors import StoreUnavailable
 from switchboard.store.schema import todos
 from tests.integration.mcp.helpers import add_todo, call, connect, refuse, sample, vend
+from tests.support.secrets import reveal
 from tests.support.server import Instance, make_settings, run_instance
 
 UNKNOWN_ID = "td_01J00000000000000000000000"
@@ -89,7 +90,8 @@ async def test_ungranted_verb_is_forbidden_and_hidden(inst: Instance, mode: Any)
     todo_id = await add_todo(inst, a)
     async with connect(inst, a.token, mode=mode) as client:
         names = {t.name for t in (await client.list_tools()).tools}
-        assert names == {"claim_next", "ack", "whoami", "subscribe_doorbell"}
+        # the batch forms ride on their verbs' grants (switchboard.verbs.required_grant)
+        assert names == {"claim_next", "claim_many", "ack", "ack_many", "whoami", "subscribe_doorbell"}
         code, message = await refuse(client, "claim", todo_id=todo_id)
         assert code == "forbidden" and "claim" in message
         assert (await refuse(client, "create_notify_hook", url="https://example.com"))[0] == "forbidden"
@@ -114,7 +116,7 @@ async def test_scope_shrink_takes_effect_on_the_next_call(inst: Instance) -> Non
         assert code == "invalid_argument" and "reviews" in message
         assert (await call(client, "claim_next"))["todo"] is None  # the reviews todo is out of scope now
         names = {t.name for t in (await client.list_tools(cache_mode="refresh")).tools}
-        assert names == {"claim_next", "whoami", "subscribe_doorbell"}
+        assert names == {"claim_next", "claim_many", "whoami", "subscribe_doorbell"}
 
 
 async def test_another_endpoints_todo_is_not_found_like_an_unknown_id(inst: Instance) -> None:
@@ -236,11 +238,13 @@ async def test_raw_oversized_post_is_413(inst: Instance) -> None:
     assert await count_todos(inst) == 0
 
 
-async def test_a_credential_call_reads_its_endpoint_once(
+async def test_a_credential_call_reads_its_endpoint_at_most_once(
     inst: Instance, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The verifier's read by token serves the gate too; a scope change still applies to the next call
-    (test_scope_shrink_takes_effect_on_the_next_call) because every request verifies with a fresh read."""
+    """The verifier's read by token serves the gate too, and while nothing changed in the database a
+    verified credential is not read again at all; after a change the next call reads it once, by token.
+    (That a change applies to the very next call: test_scope_shrink_takes_effect_on_the_next_call,
+    test_revoked_token_is_refused_at_once, test_a_rotated_token_is_refused_at_once.)"""
     a = await vend(inst, "agent-a")
     accounts = inst.services.accounts
     reads: list[str] = []
@@ -255,8 +259,31 @@ async def test_a_credential_call_reads_its_endpoint_once(
         return await by_id(endpoint_id)
 
     async with connect(inst, a.token) as client:
+        await call(client, "whoami")
         monkeypatch.setattr(accounts, "endpoint_by_token", counted_token)
         monkeypatch.setattr(accounts, "endpoint", counted_id)
+        for _ in range(5):
+            await call(client, "whoami")
+        cached = list(reads)
+        await accounts.set_scope(a.id, verbs=["claim_next", "ack"])
+        reads.clear()
+        assert (await call(client, "whoami"))["verbs"] == ["ack", "claim_next"]
+        after_change = list(reads)
+    assert cached == [], cached
+    assert after_change == ["token"], after_change
+
+
+async def test_a_rotated_token_is_refused_at_once(inst: Instance) -> None:
+    """Re-vending replaces the credential: the old one, verified a moment ago, gets 401 on its next
+    request and the new one works (the cache holds neither past the change)."""
+    a = await vend(inst, "agent-a")
+    statuses: list[int] = []
+    async with connect(inst, a.token, statuses=statuses) as client:
         await call(client, "whoami")
-    # One read by token per HTTP request (the client may send more than the call), none by id.
-    assert reads and set(reads) == {"token"}, reads
+        new_token = await inst.services.accounts.revend_token(a.id)
+        reveal(new_token)
+        with pytest.raises(MCPError, match="error response"):
+            await client.call_tool("whoami", {})
+    assert 401 in statuses
+    async with connect(inst, new_token) as client:
+        assert (await call(client, "whoami"))["endpoint"] == "agent-a"

@@ -239,7 +239,10 @@ async def test_typescript_sdk_client_sees_typed_tools_and_validates_their_result
     it as readable results, not as client-side schema failures."""
     async with ts_client(real_server) as ts:
         tools = {t["name"]: t for t in (await ts.ask("tools"))["tools"]}
-        assert set(tools) == {"claim_next", "claim", "ack", "list_todos", "whoami", "subscribe_doorbell"}
+        assert set(tools) == {
+            *("claim_next", "claim_many", "claim", "ack", "ack_many", "list_todos"),
+            *("whoami", "subscribe_doorbell"),
+        }
         for name, tool in tools.items():
             assert tool["outputSchema"]["type"] == "object", name
             assert set(tool["annotations"]) >= {"readOnlyHint", "openWorldHint"}, name
@@ -253,5 +256,13 @@ async def test_typescript_sdk_client_sees_typed_tools_and_validates_their_result
         again = (await ts.ask("call", name="ack", args={"todo_id": todo_id}))["result"]
         assert again["isError"] is True and json.loads(again["content"][0]["text"])["code"] == "conflict"
         me = (await ts.ask("call", name="whoami", args={}))["result"]
-        for name, result in (("claim_next", claimed), ("ack", acked), ("ack", again), ("whoami", me)):
+        _, second = await real_server.webhook("more work")
+        many = (await ts.ask("call", name="claim_many", args={"max_todos": 5}))["result"]
+        assert [t["id"] for t in many["structuredContent"]["todos"]] == [second]
+        items = [{"todo_id": second, "result": [1, "two"]}, {"todo_id": second}]
+        acked_many = (await ts.ask("call", name="ack_many", args={"acks": items}))["result"]
+        assert [r["ok"] for r in acked_many["structuredContent"]["results"]] == [True, False]
+        checked = [("claim_next", claimed), ("ack", acked), ("ack", again), ("whoami", me)]
+        checked += [("claim_many", many), ("ack_many", acked_many)]
+        for name, result in checked:
             check_result(name, tools[name]["outputSchema"], CallToolResult.model_validate(result))

@@ -1,4 +1,5 @@
-"""Queues as MCP resources, honest capabilities, typed tools and resumable SSE, over real streamable HTTP.
+"""Queues as MCP resources, honest capabilities, typed tools, JSON answers and resumable SSE streams, over
+real streamable HTTP.
 
 (The same doorbell heard by stranger clients against ``switchboard serve`` is test_resource_doorbell.py.)
 """
@@ -6,6 +7,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import warnings
 from collections.abc import Iterator
@@ -14,16 +16,23 @@ from typing import Any
 
 import httpx2
 import pytest
-from mcp import MCPError
+from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND, TextResourceContents
 
 from switchboard.mcp.doorbell import queue_uri
-from switchboard.verbs import ALL_VERBS, DEFAULT_GRANT, NOTIFY_HOOKS
+from switchboard.verbs import ALL_VERBS, DEFAULT_GRANT, NOTIFY_HOOKS, required_grant
 from tests.integration.mcp.helpers import Bell, add_todo, call, connect, vend
 from tests.support.server import Instance
 
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+CALL_WHOAMI = {
+    "jsonrpc": "2.0",
+    "id": 7,
+    "method": "tools/call",
+    "params": {"name": "whoami", "arguments": {}},
+}
 
 
 @contextmanager
@@ -148,8 +157,9 @@ async def test_every_verb_has_an_output_schema_and_explicit_annotations(inst: In
     a = await vend(inst, "agent-a", verbs=[*DEFAULT_GRANT, *NOTIFY_HOOKS.verbs])
     async with connect(inst, a.token, mode="legacy") as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
-    assert set(tools) == {*DEFAULT_GRANT, *NOTIFY_HOOKS.verbs, "whoami", "subscribe_doorbell"}
-    assert set(tools) - {"whoami", "subscribe_doorbell"} <= ALL_VERBS
+    batch = {"claim_many", "ack_many"}  # on the claim_next and ack grants (verbs.required_grant)
+    assert set(tools) == {*DEFAULT_GRANT, *NOTIFY_HOOKS.verbs, *batch, "whoami", "subscribe_doorbell"}
+    assert {required_grant(name) for name in set(tools) - {"whoami", "subscribe_doorbell"}} <= ALL_VERBS
     for name, tool in tools.items():
         assert tool.output_schema is not None and tool.output_schema["type"] == "object", name
         hints = tool.annotations
@@ -166,6 +176,7 @@ async def test_every_verb_has_an_output_schema_and_explicit_annotations(inst: In
     assert tools["create_notify_hook"].annotations.open_world_hint is True  # type: ignore[union-attr]
     result_schema = tools["ack"].input_schema["properties"]["result"]
     assert set(result_schema["type"]) == {"object", "array", "string", "number", "boolean", "null"}
+    assert tools["ack_many"].annotations.destructive_hint is False  # type: ignore[union-attr]
 
 
 # -- resumable SSE (handshake era) ----------------------------------------------------------------------
@@ -207,41 +218,100 @@ async def open_session(http: httpx2.AsyncClient, url: str) -> dict[str, str]:
     return headers
 
 
-async def test_sse_responses_carry_ids_and_a_dropped_stream_resumes(inst: Instance) -> None:
+async def test_a_call_is_answered_with_one_json_body(inst: Instance) -> None:
+    """Raw HTTP: a call on a handshake-era session gets ``application/json`` (one JSON-RPC answer, its
+    id) however the client's Accept is written; notifications still get 202 (docs/mcp.md, "Answers")."""
     a = await vend(inst, "agent-a")
-    b = await vend(inst, "agent-b")
-    call_whoami = {
-        "jsonrpc": "2.0",
-        "id": 7,
-        "method": "tools/call",
-        "params": {"name": "whoami", "arguments": {}},
-    }
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {a.token}"}, timeout=10) as http:
         headers = await open_session(http, inst.mcp_url)
-        r = await http.post(inst.mcp_url, json=call_whoami, headers=headers)
-        events = sse_events(r.text)
-        priming, answer = events[0], events[-1]
-        assert priming["data"] == "" and priming["id"] and priming["retry"] == "1000", repr(r.text[:300])
-        assert answer["id"] and json.loads(answer["data"])["id"] == 7
-        # The client lost the stream after the priming event: it resumes with Last-Event-ID and the
-        # answer is replayed, with the same event id.
-        text = ""
+        for accept in ("application/json, text/event-stream", "text/event-stream, application/json"):
+            r = await http.post(inst.mcp_url, json=CALL_WHOAMI, headers={**headers, "Accept": accept})
+            assert r.status_code == 200 and r.headers["content-type"].startswith("application/json"), r.text
+            answer = r.json()
+            assert answer["id"] == 7 and answer["result"]["structuredContent"]["endpoint"] == "agent-a"
+        # A client that accepts only JSON is served too (the spec lets a server answer either way).
+        r = await http.post(inst.mcp_url, json=CALL_WHOAMI, headers={**headers, "Accept": "application/json"})
+        assert r.status_code == 200 and r.json()["id"] == 7
+
+
+async def test_the_sdk_client_reads_json_answers(inst: Instance) -> None:
+    """The official client in both eras: every call's answer arrived as JSON, and its result is whole."""
+    a = await vend(inst, "agent-a")
+    seen: list[tuple[str, str]] = []
+
+    async def record(response: httpx2.Response) -> None:
+        seen.append((response.request.method, response.headers.get("content-type", "")))
+
+    for mode in ("legacy", "auto"):
+        seen.clear()
+        headers = {"Authorization": f"Bearer {a.token}"}
+        async with httpx2.AsyncClient(
+            headers=headers, timeout=10, event_hooks={"response": [record]}
+        ) as http:
+            transport = streamable_http_client(inst.mcp_url, http_client=http)
+            async with Client(transport, mode=mode) as client:  # type: ignore[arg-type]
+                result = await client.call_tool("whoami", {})
+                assert not result.is_error and result.structured_content is not None
+                assert result.structured_content["endpoint"] == "agent-a"
+        posts = [ctype for method, ctype in seen if method == "POST" and ctype]
+        assert posts and all(c.startswith("application/json") for c in posts), (mode, seen)
+
+
+async def _read_until(chunks: Any, text: str, done: Any) -> str:
+    async with asyncio.timeout(10):
+        while not done(sse_events(text)):
+            text += await anext(chunks)
+    return text
+
+
+async def test_a_dropped_get_stream_resumes_from_its_last_event_id(inst: Instance) -> None:
+    """The doorbell's GET stream is SSE with event ids: a client that lost it after the first ring
+    reconnects with Last-Event-ID and gets the second ring replayed, with the same id; another endpoint
+    presenting that id gets nothing of it."""
+    a = await vend(inst, "agent-a")
+    b = await vend(inst, "agent-b")
+
+    def rings(events: list[dict[str, str]]) -> list[dict[str, str]]:
+        return [e for e in events if e.get("data")]
+
+    def todo_of(event: dict[str, str]) -> str | None:
+        return json.loads(event["data"])["params"]["_meta"]["switchboard/doorbell"].get("todo_id")
+
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {a.token}"}, timeout=10) as http:
+        headers = await open_session(http, inst.mcp_url)
+        async with http.stream("GET", inst.mcp_url, headers=headers) as stream:
+            assert stream.status_code == 200
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            chunks = stream.aiter_text()
+            await add_todo(inst, a, "one")
+            text = await _read_until(chunks, "", lambda events: len(rings(events)) >= 1)
+            second = await add_todo(inst, a, "two")
+            text = await _read_until(chunks, text, lambda es: any(todo_of(e) == second for e in rings(es)))
+        heard = rings(sse_events(text))
+        assert all(e.get("id") for e in heard) and len({e["id"] for e in heard}) == len(heard)
+        after_first = heard[1:]  # what a client that dropped the stream after the first ring missed
         async with http.stream(
-            "GET", inst.mcp_url, headers={**headers, "last-event-id": priming["id"]}
+            "GET", inst.mcp_url, headers={**headers, "last-event-id": heard[0]["id"]}
         ) as replay:
             assert replay.status_code == 200
-            async with asyncio.timeout(5):
-                async for chunk in replay.aiter_text():
-                    text += chunk
-                    if any(e.get("id") == answer["id"] for e in sse_events(text)):
-                        break
-        replayed = [e for e in sse_events(text) if e.get("data")]
-        assert replayed[0]["id"] == answer["id"] and json.loads(replayed[0]["data"])["id"] == 7
-    # Another endpoint, on its own session, resuming from a's event id gets nothing of a's.
+            text = await _read_until(
+                replay.aiter_text(), "", lambda events: len(rings(events)) >= len(after_first)
+            )
+        replayed = rings(sse_events(text))[: len(after_first)]
+        assert [e["id"] for e in replayed] == [e["id"] for e in after_first]
+        assert todo_of(replayed[-1]) == second
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {b.token}"}, timeout=10) as http:
         headers_b = await open_session(http, inst.mcp_url)
         async with http.stream(
-            "GET", inst.mcp_url, headers={**headers_b, "last-event-id": answer["id"]}
+            "GET", inst.mcp_url, headers={**headers_b, "last-event-id": heard[0]["id"]}
         ) as other:
-            leaked = [e for e in sse_events((await other.aread()).decode()) if e.get("data")]
+            assert other.status_code == 200
+            leaked: list[str] = []
+
+            async def listen() -> None:
+                async for chunk in other.aiter_text():
+                    leaked.extend(e["data"] for e in rings(sse_events(chunk)))
+
+            with contextlib.suppress(TimeoutError):  # b waits 1 s: nothing of a's may come
+                await asyncio.wait_for(listen(), 1)
     assert leaked == []

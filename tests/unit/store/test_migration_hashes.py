@@ -28,6 +28,7 @@ LANDED = {
     "0009_a2a_input.py": "1f48c6fc956652212e254b470e5da694f83dfa0f41f056beea656deaeb25f570",
     "0010_repair.py": "6a1d92c95a99ba467b99ec3ca617e602a9482a9e22c8bc708cfef6622099356f",
     "0011_rate_windows.py": "7b017a23c49a366c91b0430bd81be8f824fd80e31b7e247b6ff7d911be250f28",
+    "0012_rate_buckets.py": "110e7516f0ee004f8cf3ca668a50b748cb058d03e064bd2b23718c4c91613cae",
 }
 
 

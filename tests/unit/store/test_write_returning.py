@@ -53,3 +53,23 @@ async def test_a_constraint_violation_is_a_conflict_and_changes_nothing(database
     async with database.read() as conn:
         emails = (await conn.execute(select(humans.c.email).order_by(humans.c.id))).scalars().all()
     assert emails == ["ann@example.test", "bea@example.test"]
+
+
+async def test_a_write_after_a_plain_read_on_the_same_connection_is_committed(database: Database) -> None:
+    """SQLite: a single read (``Database.fetch``) used to switch its connection to AUTOCOMMIT and back,
+    and the way back left the driver in its implicit-transaction mode; the next ``write_returning`` on
+    that connection then ran inside a transaction nobody committed, and the pool rolled it back."""
+    await add(database, "h_1", "ann@example.test")
+    await database.engine.dispose()  # from here on one connection, reused by each call in turn
+    assert [r.id for r in await database.fetch(select(humans.c.id))] == ["h_1"]
+    statement = (
+        update(humans)
+        .where(humans.c.id == bindparam("p_id"))
+        .values(email=bindparam("p_email"))
+        .returning(humans.c.id)
+    )
+    assert await database.write_returning(statement, {"p_id": "h_1", "p_email": "bea@example.test"}) == [
+        ("h_1",)
+    ]
+    await database.engine.dispose()  # a fresh connection reads what was committed
+    assert [r.email for r in await database.fetch(select(humans.c.email))] == ["bea@example.test"]

@@ -1,0 +1,214 @@
+"""Batch verbs (issue 18): ``claim_many`` and ``ack_many``, and the claim loop they share with
+``claim_next`` (answer inside the claim's transaction, bury what no answer can carry, long-poll).
+
+Neither verb has a grant of its own: ``claim_many`` needs ``claim_next``'s, ``ack_many`` needs
+``ack``'s (``switchboard.verbs.required_grant``). A batch is one statement and one transaction
+(``TodoStore.claim_many`` / ``ack_many``); ``ack_many`` answers each item on its own, so a wrong id
+or an oversized result fails that item, never the call.
+
+No ``from __future__ import annotations`` here: argument types are built from settings at registration
+time (the lease ceiling) and the SDK reads them from the function signatures.
+"""
+
+import json
+from collections.abc import Sequence
+from typing import Annotated, Any, NotRequired
+
+from mcp.server import MCPServer
+from mcp_types import ToolAnnotations
+from pydantic import Field
+from typing_extensions import TypedDict
+
+from switchboard.ids import looks_like
+from switchboard.mcp.errors import TODO_NOT_FOUND
+from switchboard.mcp.schemas import AckManyResult, AckOutcome, AnyJson, Todo, TodoBatch
+from switchboard.mcp.tools import ToolContext, VerbError, current_endpoint, require_queues, todo_view
+from switchboard.queue.waiters import MAX_WAIT_SECONDS, ClaimWaiters
+from switchboard.services import Services
+from switchboard.store.accounts import Endpoint
+from switchboard.store.todo_claims import MAX_BATCH
+from switchboard.store.todos import MAX_RESULT_DEPTH
+from switchboard.text import MAX_JSON_DEPTH, Unstorable, admit
+
+MAX_RESULT_BYTES = 64 * 1024
+MAX_BURIED_PER_CLAIM = 8
+UNANSWERABLE = "its stored payload cannot be sent as JSON (stored before the text boundary)"
+
+QueueName = Annotated[str, Field(min_length=1, max_length=64)]
+Queues = Annotated[
+    list[QueueName] | None,
+    Field(min_length=1, max_length=64, description="Queues to claim from; default: every scope queue."),
+]
+WaitSeconds = Annotated[
+    int,
+    Field(
+        ge=0,
+        le=MAX_WAIT_SECONDS,
+        description=(
+            f"When nothing is pending, wait up to this many seconds (at most {MAX_WAIT_SECONDS}) for a todo "
+            "to become ready on these queues, then claim it; 0 (default) answers at once."
+        ),
+    ),
+]
+
+
+class Answer:
+    """Builds a claim's answer inside the claim's transaction (``TodoStore.claim_many(answer=...)``):
+    if a view cannot be sent as JSON, :class:`Unstorable` rolls the claim back; ``todo_id`` names the
+    todo that could not be answered."""
+
+    def __init__(self) -> None:
+        self.views: list[Todo] = []
+        self.todo_id = ""
+
+    @property
+    def view(self) -> Todo | None:
+        return self.views[0] if self.views else None
+
+    def __call__(self, row: Any) -> None:
+        self.todo_id = row.id
+        try:
+            view = todo_view(row)
+        except ValueError as exc:  # a stored payload that does not parse back
+            raise Unstorable("the stored payload does not parse") from exc
+        admit(view, max_depth=MAX_JSON_DEPTH + 2)  # raises Unstorable: the claim rolls back
+        self.views.append(view)
+
+
+def result_problem(result: Any) -> str | None:
+    """Why an ack result cannot be stored (``invalid_argument``), or None."""
+    try:
+        admit(result, max_depth=MAX_RESULT_DEPTH)
+    except Unstorable as exc:
+        return f"result: {exc}"
+    if len(json.dumps(result, separators=(",", ":")).encode()) > MAX_RESULT_BYTES:
+        return "result is larger than 64 KiB serialized"
+    return None
+
+
+class Claimer:
+    """claim_next and claim_many: claim up to ``limit`` (oldest first), bury a todo no answer can carry
+    and go on, and with ``wait_seconds`` wait for a ready todo (:class:`ClaimWaiters`)."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.waiters = ClaimWaiters(services.metrics.claim_waiters)
+        # Reads only Transition.ready, endpoint_id and queue, and its effect is per instance (it wakes
+        # this instance's waiting calls): remote, so a todo made ready on another instance sharing
+        # PostgreSQL wakes them too (store/relay.py); after a relay gap every waiter re-checks.
+        services.hub.subscribe("claim_waiters", self.waiters.on_transition, remote=True)
+        services.hub.on_remote_gap(self.waiters.wake_all)
+
+    def wanted(self, endpoint: Endpoint, queues: Sequence[str] | None) -> list[str]:
+        return require_queues(endpoint, queues) if queues is not None else list(endpoint.queues)
+
+    async def claim(
+        self, endpoint: Endpoint, wanted: list[str], lease: float, limit: int, wait_seconds: float
+    ) -> list[Todo]:
+        async def once() -> list[Todo]:
+            return await self._claim_once(endpoint.id, wanted, lease, limit)
+
+        views = await self.waiters.claim_or_wait(endpoint.id, wanted, wait_seconds, once)
+        self.services.metrics.claims.labels("claimed" if views else "empty").inc()
+        return views
+
+    async def _claim_once(self, endpoint_id: str, wanted: list[str], lease: float, limit: int) -> list[Todo]:
+        todos = self.services.todos
+        for _ in range(MAX_BURIED_PER_CLAIM):
+            answer = Answer()
+            try:
+                await todos.claim_many(endpoint_id, wanted, lease, limit, answer=answer)
+            except Unstorable:
+                # The claim rolled back; the todo would head the queue for ever: bury it and go on.
+                await todos.bury(endpoint_id, answer.todo_id, UNANSWERABLE)
+                continue
+            return answer.views
+        raise VerbError("conflict", "several todos at the head of the queue could not be answered; retry")
+
+
+class AckItem(TypedDict):
+    todo_id: Annotated[str, Field(min_length=1, max_length=64, description="A todo id, td_...")]
+    result: NotRequired[Annotated[AnyJson, Field(description="Any JSON value, at most 64 KiB serialized.")]]
+
+
+def register_batch_verbs(server: MCPServer[Any], tc: ToolContext, claimer: Claimer) -> None:
+    settings = tc.services.settings
+    todos = tc.services.todos
+    lease_doc = (
+        f"Lease length in seconds (default {settings.lease_seconds}, at most {settings.max_lease_seconds}). "
+        "Heartbeat before it ends or the todo goes back to pending."
+    )
+    Lease = Annotated[int | None, Field(ge=1, le=settings.max_lease_seconds, description=lease_doc)]
+
+    async def claim_many(
+        max_todos: Annotated[
+            int, Field(ge=1, le=MAX_BATCH, description=f"How many to claim at most (1 to {MAX_BATCH}).")
+        ] = 10,
+        queues: Queues = None,
+        lease_seconds: Lease = None,
+        wait_seconds: WaitSeconds = 0,
+    ) -> TodoBatch:
+        """Claim up to max_todos of the oldest pending todos on your queues in one call, oldest first,
+        each with its payload and its own lease. {"todos": []} when none is pending. Needs the
+        claim_next grant. Errors: invalid_argument (queue outside your scope)."""
+        endpoint = current_endpoint()
+        wanted = claimer.wanted(endpoint, queues)
+        lease = lease_seconds or settings.lease_seconds
+        return {"todos": await claimer.claim(endpoint, wanted, lease, max_todos, wait_seconds)}
+
+    async def ack_many(
+        acks: Annotated[
+            list[AckItem],
+            Field(min_length=1, max_length=MAX_BATCH, description=f"1 to {MAX_BATCH} todos you hold."),
+        ],
+    ) -> AckManyResult:
+        """Mark several todos you hold as done in one call, each with an optional JSON result. Each
+        item is answered on its own, in order: {"todo_id", "ok": true} or {"todo_id", "ok": false,
+        "error": {"code", "message"}} (not_found, conflict, invalid_argument); one item's error never
+        fails the others. Needs the ack grant."""
+        endpoint = current_endpoint()
+        refused: dict[int, AckOutcome] = {}
+        valid: list[tuple[str, Any]] = []
+        for n, item in enumerate(acks):
+            todo_id, result = item["todo_id"], item.get("result")
+            problem = None if looks_like("td", todo_id) else TODO_NOT_FOUND
+            code = "not_found"
+            if problem is None and (problem := result_problem(result)) is not None:
+                code = "invalid_argument"
+            if problem is not None:
+                refused[n] = {"todo_id": todo_id, "ok": False, "error": {"code": code, "message": problem}}
+            else:
+                valid.append((todo_id, result))
+        moved = {row.id for row in await todos.ack_many(endpoint.id, valid)} if valid else set()
+        ids = [item["todo_id"] for item in acks]
+        reported: set[str] = set()
+        unexplained = [t for t, _ in valid if t not in moved or ids.count(t) > 1]
+        states = await todos.states(endpoint.id, unexplained) if unexplained else {}
+        outcomes: list[AckOutcome] = []
+        for n, todo_id in enumerate(ids):
+            if n in refused:
+                outcomes.append(refused[n])
+            elif todo_id in moved and todo_id not in reported:
+                reported.add(todo_id)
+                outcomes.append({"todo_id": todo_id, "ok": True})
+            elif (status := states.get(todo_id)) is None:
+                outcomes.append(
+                    {
+                        "todo_id": todo_id,
+                        "ok": False,
+                        "error": {"code": "not_found", "message": TODO_NOT_FOUND},
+                    }
+                )
+            else:
+                late = status == "claimed"  # its lease ran out: the reaper may give it to another
+                message = "the todo's lease has run out" if late else f"the todo is {status}, not claimed"
+                outcomes.append(
+                    {"todo_id": todo_id, "ok": False, "error": {"code": "conflict", "message": message}}
+                )
+        return {"results": outcomes}
+
+    hints = ToolAnnotations(
+        read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+    )
+    tc.add_tool(claim_many, name="claim_many", title="Claim several todos", annotations=hints)
+    tc.add_tool(ack_many, name="ack_many", title="Finish several todos", annotations=hints)

@@ -1,0 +1,312 @@
+"""The claim path, built for throughput (issue 18): claim up to ``n`` todos, or ack several, in one
+statement and one transaction.
+
+* PostgreSQL: one statement per claim and per ack. A CTE does the move (``UPDATE ... WHERE id IN
+  (SELECT ... FOR UPDATE SKIP LOCKED LIMIT n)``) and writes the timeline rows (``todo_events``) from
+  what it returned, so nothing is read before it is written and the bookkeeping rides in the same
+  statement. It runs between BEGIN and COMMIT because the hub's in-transaction handlers (the A2A push
+  outbox) must commit with the move: three round trips, whatever ``n`` is.
+* SQLite: the driver connection itself, behind this process's writer lock
+  (:meth:`Database.sqlite_transaction`): BEGIN IMMEDIATE, the UPDATE with its RETURNING, the timeline
+  insert, COMMIT; four trips to the driver's thread, and this process's claims and acks queue on an
+  asyncio lock instead of sleeping in SQLite's busy handler.
+
+The statements are SQL text written once per dialect (no SQLAlchemy Core construction or compilation
+per call) and return only the columns an answer and a transition need (``MOVED``). The endpoint's scope
+(its queues, read by the MCP gate for this very call) is a parameter of the claim's WHERE, so a scope
+change applies to the next call. The pick is the literal ``status = 'pending'`` over
+``ix_todos_claim_pending``, in claim order (tests/unit/store/test_claim_index.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+from sqlalchemy import select, text
+
+from switchboard.clock import Clock, ms
+from switchboard.ids import new_id
+from switchboard.store.db import Database
+from switchboard.store.schema import todos
+from switchboard.store.transitions import Transition, TransitionHub
+from switchboard.text import admit
+
+# An ack result is also an A2A task's artifact: a protobuf Struct, whose JSON parser stops at 100 message
+# levels, two per JSON level. Deeper results would make every GetTask and ListTasks of that sender fail.
+MAX_RESULT_DEPTH = 32
+MAX_BATCH = 100  # the most todos one claim or ack statement moves (the MCP batch verbs' limit)
+
+
+class Moved(NamedTuple):
+    """A todo as a claim or ack returns it: what the answer (``todo_view``) and the transition read."""
+
+    id: str
+    endpoint_id: str | None
+    queue: str
+    kind: str | None
+    source: str | None
+    title: str
+    payload: str | None  # None from an ack: its answer leaves the payload out
+    status: str
+    attempt: int
+    lease_expires_at: int | None
+    retry_at: int | None
+    verified: bool
+    via_token: bool
+    self_test: bool
+    quarantined: bool
+    result: str | None
+    last_error: str | None
+    created_at: int
+
+
+# Called on each moved row inside the transaction that moves it: raising rolls the move back.
+Answer = Callable[[Moved], object]
+
+_COLUMNS = Moved._fields
+
+
+def _select_list(table: str, *, payload: bool = True) -> str:
+    return ", ".join(f"{table}.{c}" if c != "payload" or payload else f"NULL AS {c}" for c in _COLUMNS)
+
+
+_EVENT_COLUMNS = "id, todo_id, transition, reason, attempt, lease_expires_at, actor, instance_id, at"
+
+# -- PostgreSQL ------------------------------------------------------------------------------------
+
+_CLAIM_PG = text(
+    f"""
+WITH picked AS (
+    SELECT id FROM todos
+    WHERE endpoint_id = :endpoint_id AND status = 'pending' AND queue = ANY(CAST(:queues AS varchar[]))
+    ORDER BY created_at, id
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+), moved AS (
+    UPDATE todos SET status = 'claimed', attempt = todos.attempt + 1, lease_expires_at = :lease,
+        retry_at = NULL, updated_at = :now
+    FROM picked
+    WHERE todos.id = picked.id AND todos.status = 'pending'
+    RETURNING {_select_list("todos")}
+), numbered AS (
+    SELECT moved.id, moved.attempt, row_number() OVER (ORDER BY moved.id) AS n FROM moved
+), events AS (
+    INSERT INTO todo_events ({_EVENT_COLUMNS})
+    SELECT e.event_id, numbered.id, 'claimed', NULL, numbered.attempt, CAST(:lease AS bigint), NULL,
+        CAST(:instance_id AS varchar), CAST(:now AS bigint)
+    FROM numbered
+    JOIN unnest(CAST(:event_ids AS varchar[])) WITH ORDINALITY AS e(event_id, n) ON e.n = numbered.n
+)
+SELECT * FROM moved
+"""
+)
+
+_ACK_PG = text(
+    f"""
+WITH given AS (
+    SELECT * FROM unnest(CAST(:ids AS varchar[]), CAST(:results AS text[]), CAST(:event_ids AS varchar[]))
+        AS g(id, result, event_id)
+), moved AS (
+    UPDATE todos SET status = 'done', lease_expires_at = NULL, result = given.result, updated_at = :now
+    FROM given
+    WHERE todos.id = given.id AND todos.endpoint_id = :endpoint_id AND todos.status = 'claimed'
+        AND todos.lease_expires_at >= :now
+    RETURNING {_select_list("todos", payload=False)}, given.event_id
+), events AS (
+    INSERT INTO todo_events ({_EVENT_COLUMNS})
+    SELECT moved.event_id, moved.id, 'done', NULL, moved.attempt, NULL, NULL,
+        CAST(:instance_id AS varchar), CAST(:now AS bigint)
+    FROM moved
+)
+SELECT {", ".join(_COLUMNS)} FROM moved
+"""
+)
+
+# -- SQLite (driver SQL, named parameters) ---------------------------------------------------------
+
+_CLAIM_SQLITE = f"""
+UPDATE todos SET status = 'claimed', attempt = attempt + 1, lease_expires_at = :lease, retry_at = NULL,
+    updated_at = :now
+WHERE status = 'pending' AND id IN (
+    SELECT id FROM todos
+    WHERE endpoint_id = :endpoint_id AND status = 'pending' AND queue IN (SELECT value FROM json_each(:queues))
+    ORDER BY created_at, id
+    LIMIT :limit
+)
+RETURNING {", ".join(_COLUMNS)}
+"""
+
+_ACK_SQLITE = f"""
+UPDATE todos SET status = 'done', lease_expires_at = NULL, result = given.result, updated_at = :now
+FROM (
+    SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS result FROM json_each(:given)
+) AS given
+WHERE todos.id = given.id AND todos.endpoint_id = :endpoint_id AND todos.status = 'claimed'
+    AND todos.lease_expires_at >= :now
+RETURNING {_select_list("todos", payload=False)}
+"""
+
+_EVENTS_SQLITE = f"""
+INSERT INTO todo_events ({_EVENT_COLUMNS})
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), :transition, NULL,
+    json_extract(value, '$[2]'), :lease, NULL, :instance_id, :now
+FROM json_each(:events)
+"""
+
+
+def _events(
+    rows: list[Moved], transition: str, lease: int | None, instance: str | None, now_ms: int
+) -> dict[str, Any]:
+    """The SQLite timeline insert's parameters: one statement for the whole batch."""
+    events = [[new_id("te"), r.id, r.attempt] for r in rows]
+    return {
+        "events": json.dumps(events),
+        "transition": transition,
+        "lease": lease,
+        "instance_id": instance,
+        "now": now_ms,
+    }
+
+
+def _order(rows: list[Moved]) -> list[Moved]:
+    return sorted(rows, key=lambda r: (r.created_at, r.id))
+
+
+class TodoClaims:
+    """``claim_many`` and ``ack_many`` for :class:`switchboard.store.todos.TodoStore`, which sets these
+    fields; ``claim_next`` and ``ack`` are the batches of one."""
+
+    db: Database
+    hub: TransitionHub
+    clock: Clock
+
+    async def claim_many(
+        self,
+        endpoint_id: str,
+        queues: Sequence[str],
+        lease_seconds: float,
+        limit: int,
+        *,
+        answer: Answer | None = None,
+    ) -> list[Moved]:
+        """Claim up to ``limit`` of the endpoint's oldest pending todos on ``queues``, oldest first.
+        ``answer`` sees each row before the commit; if it raises, nothing is claimed."""
+        if not queues or limit < 1:
+            return []
+        now = self.clock.now()
+        lease, now_ms = ms(now + lease_seconds), ms(now)
+        instance = self.hub.instance_id[:100] or None
+        if self.db.is_sqlite:
+            params: dict[str, Any] = {
+                "endpoint_id": endpoint_id,
+                "queues": json.dumps(list(queues)),
+                "limit": min(limit, MAX_BATCH),
+                "lease": lease,
+                "now": now_ms,
+            }
+            async with self.db.sqlite_transaction() as (conn, driver):
+                rows = _order([Moved(*r) for r in await driver.execute_fetchall(_CLAIM_SQLITE, params)])
+                transitions = self._moved(rows, "claimed", now, answer)
+                if rows:
+                    events = _events(rows, "claimed", lease, instance, now_ms)
+                    await driver.execute_fetchall(_EVENTS_SQLITE, events)
+                    await self.hub.run_in_transaction(conn, transitions)
+        else:
+            params = {
+                "endpoint_id": endpoint_id,
+                "queues": list(queues),
+                "limit": min(limit, MAX_BATCH),
+                "lease": lease,
+                "now": now_ms,
+                "instance_id": instance,
+                "event_ids": [new_id("te") for _ in range(min(limit, MAX_BATCH))],
+            }
+            async with self.db.begin() as conn:
+                rows = _order([Moved(*r) for r in await conn.execute(_CLAIM_PG, params)])
+                transitions = self._moved(rows, "claimed", now, answer)
+                if transitions:
+                    await self.hub.run_in_transaction(conn, transitions)
+        self.hub.publish(transitions)
+        return rows
+
+    async def ack_many(self, endpoint_id: str, acks: Sequence[tuple[str, Any]]) -> list[Moved]:
+        """Mark held todos done, each with its result, in one statement; the rows that moved (a todo not
+        held by this endpoint, or whose lease ran out, is left alone and not returned). The first of
+        repeated ids counts. Raises :class:`switchboard.text.Unstorable` (nothing written) for a result
+        no reader could parse back: lone surrogates, NaN, nesting past :data:`MAX_RESULT_DEPTH`."""
+        given: dict[str, str | None] = {}
+        for todo, result in acks:
+            admit(result, max_depth=MAX_RESULT_DEPTH)
+            if todo not in given:
+                given[todo] = None if result is None else json.dumps(result, allow_nan=False)
+        if not given:
+            return []
+        now = self.clock.now()
+        now_ms = ms(now)
+        instance = self.hub.instance_id[:100] or None
+        ordered = sorted(given)  # one lock order for every batch: concurrent acks cannot deadlock
+        if self.db.is_sqlite:
+            params: dict[str, Any] = {
+                "endpoint_id": endpoint_id,
+                "given": json.dumps([[t, given[t]] for t in ordered]),
+                "now": now_ms,
+            }
+            async with self.db.sqlite_transaction() as (conn, driver):
+                rows = _order([Moved(*r) for r in await driver.execute_fetchall(_ACK_SQLITE, params)])
+                transitions = self._moved(rows, "done", now, None)
+                if rows:
+                    await driver.execute_fetchall(
+                        _EVENTS_SQLITE, _events(rows, "done", None, instance, now_ms)
+                    )
+                    await self.hub.run_in_transaction(conn, transitions)
+        else:
+            params = {
+                "endpoint_id": endpoint_id,
+                "ids": ordered,
+                "results": [given[t] for t in ordered],
+                "event_ids": [new_id("te") for _ in ordered],
+                "now": now_ms,
+                "instance_id": instance,
+            }
+            async with self.db.begin() as conn:
+                rows = _order([Moved(*r) for r in await conn.execute(_ACK_PG, params)])
+                transitions = self._moved(rows, "done", now, None)
+                if transitions:
+                    await self.hub.run_in_transaction(conn, transitions)
+        self.hub.publish(transitions)
+        return rows
+
+    async def states(self, endpoint_id: str, ids: Sequence[str]) -> dict[str, str]:
+        """The status of each of ``ids`` that is this endpoint's todo (one read): why an ack did not move it."""
+        stmt = select(todos.c.id, todos.c.status).where(
+            todos.c.endpoint_id == endpoint_id, todos.c.id.in_(list(dict.fromkeys(ids)))
+        )
+        return {str(r.id): str(r.status) for r in await self.db.fetch(stmt)}
+
+    def _moved(
+        self, rows: list[Moved], transition: str, now: float, answer: Answer | None
+    ) -> list[Transition]:
+        transitions = []
+        for row in rows:
+            if answer is not None:
+                answer(row)  # raising here rolls the move back
+            transitions.append(
+                Transition(
+                    todo_id=row.id,
+                    endpoint_id=row.endpoint_id,
+                    queue=row.queue,
+                    kind=row.kind,
+                    source=row.source,
+                    title=row.title,
+                    attempt=row.attempt,
+                    transition=transition,
+                    reason=None,
+                    push_eligible=bool(row.verified or row.via_token),
+                    push_excluded=bool(row.self_test or row.quarantined),
+                    at=now,
+                    instance_id=self.hub.instance_id,
+                )
+            )
+        return transitions

@@ -1,0 +1,187 @@
+"""The claim path's cost, pinned (issue 18): what one claim and one ack send to the database, counted
+by the driver itself (SQLite's trace callback, asyncpg's query logger), on both databases; the batch
+claim and ack; and the claim statement's plan on PostgreSQL.
+
+A claim or an ack is one statement (the move and its timeline row together) in one transaction:
+PostgreSQL sees BEGIN, the statement, COMMIT; SQLite sees BEGIN IMMEDIATE, the UPDATE, the timeline
+INSERT, COMMIT. No read comes before the write, and a batch of ten costs what a batch of one does.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from sqlalchemy import event, func, select, text
+
+from switchboard.clock import ManualClock
+from switchboard.store.accounts import AccountStore
+from switchboard.store.db import Database
+from switchboard.store.schema import todos
+from switchboard.store.schema_console import todo_events
+from switchboard.store.todo_claims import _CLAIM_PG
+from switchboard.store.todos import NewTodo, TodoStore
+from switchboard.store.transitions import Transition, TransitionHub
+
+
+class Sent:
+    """Every statement the driver sends, as the driver reports it."""
+
+    def __init__(self) -> None:
+        self.statements: list[str] = []
+
+    def __call__(self, statement: Any) -> None:
+        sql = statement if isinstance(statement, str) else statement.query
+        self.statements.append(" ".join(sql.split()))
+
+    def verbs(self) -> list[str]:
+        """The first word of each, sorted (two observers on PostgreSQL: their order is not the wire's)."""
+        return sorted(s.split()[0].rstrip(";").upper() for s in self.statements)
+
+
+@pytest.fixture
+async def traced(database: Database) -> Sent:
+    """Drop the pool's connections, then have every new one report what it sends. asyncpg's query
+    logger reports its simple queries (BEGIN, COMMIT) but not prepared statements, so on PostgreSQL
+    those are taken from SQLAlchemy's cursor event, which sees each statement once as it is sent."""
+    sent = Sent()
+    await database.engine.dispose()
+    if not database.is_sqlite:
+        event.listen(
+            database.engine.sync_engine,
+            "before_cursor_execute",
+            lambda _conn, _cursor, statement, *_: sent(statement),
+        )
+
+    def on_connect(dbapi_conn: Any, _record: Any) -> None:
+        if database.is_sqlite:
+            dbapi_conn.run_async(lambda conn: conn.set_trace_callback(sent))
+        else:
+            dbapi_conn.run_async(lambda conn: _add_logger(conn, sent))
+
+    event.listen(database.engine.sync_engine, "connect", on_connect)
+    return sent
+
+
+async def _add_logger(conn: Any, sent: Sent) -> None:
+    conn.add_query_logger(sent)
+
+
+async def _setup(database: Database, hub: TransitionHub, clock: ManualClock) -> tuple[TodoStore, str]:
+    accounts = AccountStore(database, clock)
+    hid = await accounts.create_human("owner@example.com", "correct horse battery")
+    ep, _ = await accounts.vend_endpoint(hid, "ep-a", ["inbox", "reviews"], ["claim_next"])
+    return TodoStore(database, hub, clock), ep.id
+
+
+def _todo(endpoint_id: str, n: int, queue: str = "inbox") -> NewTodo:
+    return NewTodo(endpoint_id=endpoint_id, queue=queue, title=f"t{n}", payload={"n": n}, verified=True)
+
+
+def _expected(database: Database) -> list[str]:
+    if database.is_sqlite:
+        return sorted(["BEGIN", "UPDATE", "INSERT", "COMMIT"])
+    return sorted(["BEGIN", "WITH", "COMMIT"])
+
+
+async def test_one_claim_and_one_ack_are_one_statement_each(
+    database: Database, hub: TransitionHub, clock: ManualClock, traced: Sent
+) -> None:
+    store, ep = await _setup(database, hub, clock)
+    ids = (await store.create([_todo(ep, n) for n in range(3)])).created
+    await store.claim_next(ep, ["inbox"], 60)  # the connection's first use (asyncpg prepares then)
+    traced.statements.clear()
+    row = await store.claim_next(ep, ["inbox"], 60)
+    assert row is not None and row.id == ids[1] and row.attempt == 1
+    assert json.loads(row.payload or "null") == {"n": 1}
+    assert traced.verbs() == _expected(database), traced.statements
+    traced.statements.clear()
+    done = await store.ack(ep, ids[1], {"ok": True})
+    assert done is not None and done.status == "done" and json.loads(done.result or "null") == {"ok": True}
+    assert traced.verbs() == _expected(database), traced.statements
+
+
+async def test_a_batch_costs_what_one_does_and_the_timeline_has_every_move(
+    database: Database, hub: TransitionHub, clock: ManualClock, traced: Sent
+) -> None:
+    seen: list[Transition] = []
+
+    async def record(t: Transition) -> None:
+        seen.append(t)
+
+    hub.subscribe("rec", record)
+    store, ep = await _setup(database, hub, clock)
+    ids = (await store.create([_todo(ep, n, "inbox" if n % 2 else "reviews") for n in range(12)])).created
+    first = await store.claim_next(ep, ["inbox"], 60)  # warm the connection
+    assert first is not None and first.id == ids[1]  # ids[0] is on reviews
+    await store.ack(ep, ids[1], None)
+    traced.statements.clear()
+    rows = await store.claim_many(ep, ["inbox", "reviews"], 60, 10)
+    assert [r.id for r in rows] == [i for i in ids if i != ids[1]][:10]  # oldest first, across queues
+    assert all(r.status == "claimed" and r.attempt == 1 for r in rows)
+    assert traced.verbs() == _expected(database), traced.statements
+    traced.statements.clear()
+    acked = await store.ack_many(ep, [(r.id, {"n": i}) for i, r in enumerate(rows[:5])] + [(ids[1], None)])
+    assert sorted(r.id for r in acked) == sorted(r.id for r in rows[:5])  # ids[1] is done already
+    assert traced.verbs() == _expected(database), traced.statements
+    await hub.idle()
+    moved = [(t.todo_id, t.transition) for t in seen if t.transition != "created"]
+    assert moved == [
+        (ids[1], "claimed"),
+        (ids[1], "done"),
+        *[(r.id, "claimed") for r in rows],
+        *[(r.id, "done") for r in sorted(rows[:5], key=lambda r: (r.created_at, r.id))],
+    ]
+    async with database.read() as conn:
+        events = (
+            await conn.execute(
+                select(todo_events.c.todo_id, todo_events.c.transition, todo_events.c.attempt).where(
+                    todo_events.c.transition != "created"
+                )
+            )
+        ).all()
+        leases = dict(
+            (
+                await conn.execute(
+                    select(todo_events.c.todo_id, todo_events.c.lease_expires_at).where(
+                        todo_events.c.transition == "claimed"
+                    )
+                )
+            ).all()
+        )
+        claimed = (
+            await conn.execute(select(func.count()).select_from(todos).where(todos.c.status == "claimed"))
+        ).scalar_one()
+    assert sorted((e.todo_id, e.transition) for e in events) == sorted(moved)
+    assert all(e.attempt == 1 for e in events)
+    assert leases[rows[0].id] == rows[0].lease_expires_at  # the timeline carries the lease it granted
+    assert claimed == 5
+
+
+async def test_the_claim_statement_walks_the_partial_index(database: Database) -> None:
+    """PostgreSQL: the claim's pick reads ``ix_todos_claim_pending`` in claim order, no sort."""
+    if database.is_sqlite:
+        pytest.skip("the SQLite pick is the same SELECT as claim_pick (test_claim_index.py)")
+    async with database.begin() as conn:
+        await conn.execute(text("SET LOCAL enable_seqscan = off"))
+        await conn.execute(text("SET LOCAL plan_cache_mode = force_generic_plan"))
+        plan = "\n".join(
+            r[0]
+            for r in (
+                await conn.execute(
+                    text(f"EXPLAIN {_CLAIM_PG.text}"),
+                    {
+                        "endpoint_id": "ep_x",
+                        "queues": ["q1", "q2"],
+                        "limit": 10,
+                        "lease": 1,
+                        "now": 1,
+                        "instance_id": "i",
+                        "event_ids": ["te_1"],
+                    },
+                )
+            ).all()
+        )
+    pick = plan.split("CTE moved")[0]
+    assert "ix_todos_claim_pending" in pick and "Sort" not in pick, plan
