@@ -43,7 +43,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from bench import pgq
+from bench import floor, pgq
 from bench.common import CpuMeter, children_of, summarize_ms
 from bench.context import Bench, running, sqlite_rows
 from bench.procs import ClientProc, ServerProc
@@ -63,7 +63,7 @@ BATCH = 10  # claim_many's max_todos, and pgqueuer's default batch_size
 PEER_REPEATS = 3  # pgqueuer's runs are short (a second or two): the median of these is reported
 BATCH_VERBS = ("claim_many", "ack_many")
 
-ESTIMATE = 120.0
+ESTIMATE = 120.0 + floor.ESTIMATE
 
 DB_CHECK = (
     "SELECT count(*), "
@@ -396,4 +396,14 @@ async def run(b: Bench) -> dict[str, Any]:
         "batch": BATCH,
         "sqlite": await _sqlite(b, todos),
         "postgres": await _postgres(b, todos),
+        "floor": await _floor(b),
     }
+
+
+async def _floor(b: Bench) -> dict[str, Any]:
+    """The floor beside the claim path: a no-op MCP call per second through the same server (a fresh
+    ``switchboard serve``, SQLite, default layout), with ``/healthz`` in the same run (bench.floor)."""
+    b.progress.phase("s4 claim: the MCP floor (whoami beside /healthz)", floor.ESTIMATE)
+    result = await floor.run_floor(b.root / "s4", seconds=5.0 if b.quick else floor.SECONDS)
+    b.note(floor.line(result))
+    return result
