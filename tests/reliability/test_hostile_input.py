@@ -132,6 +132,7 @@ async def test_register_bodies_are_capped_at_the_configured_limit(tmp_path: Path
         assert r.status_code == 413
 
 
+@pytest.mark.alone  # probe latency under a flood: measured with the machine to itself (scripts/test)
 async def test_two_thousand_silent_or_trickling_connections_do_not_take_the_server_down(
     tmp_path: Path,
 ) -> None:
@@ -157,8 +158,8 @@ async def test_two_thousand_silent_or_trickling_connections_do_not_take_the_serv
             out, _ = await proc.communicate()
         closed_after = json.loads(out)
         print(f"/healthz during the flood: {len(latencies)} probes, slowest {max(latencies):.3f} s")
-        # Every probe answered, the typical one at once. The slowest is bounded loosely: scripts/test
-        # runs this beside other test processes on two cores, and a 1 s stall there is the CPU, not the flood.
+        # Every probe answered, the typical one at once. scripts/test runs this alone (no other test
+        # process competes for the two cores); the slowest is still bounded loosely for slower machines.
         assert len(latencies) >= 20 and statistics.median(latencies) < 0.25 and max(latencies) < 3.0
         # The server closed every hostile connection, none later than its header deadline (+ slack).
         assert -1.0 not in closed_after and 0.0 not in closed_after

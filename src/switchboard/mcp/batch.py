@@ -21,6 +21,7 @@ from typing_extensions import TypedDict
 
 from switchboard.ids import looks_like
 from switchboard.mcp.errors import TODO_NOT_FOUND
+from switchboard.mcp.hangups import client_gone
 from switchboard.mcp.schemas import AckManyResult, AckOutcome, AnyJson, Todo, TodoBatch
 from switchboard.mcp.tools import ToolContext, VerbError, current_endpoint, require_queues, todo_view
 from switchboard.queue.waiters import MAX_WAIT_SECONDS, ClaimWaiters
@@ -108,7 +109,7 @@ class Claimer:
         async def once() -> list[Todo]:
             return await self._claim_once(endpoint.id, wanted, lease, limit)
 
-        views = await self.waiters.claim_or_wait(endpoint.id, wanted, wait_seconds, once)
+        views = await self.waiters.claim_or_wait(endpoint.id, wanted, wait_seconds, once, client_gone())
         self.services.metrics.claims.labels("claimed" if views else "empty").inc()
         return views
 

@@ -37,6 +37,7 @@ from starlette.requests import Request
 from switchboard.mcp.auth import EndpointTokenVerifier, caller_endpoint_id
 from switchboard.mcp.doorbell import Doorbell, doorbell_uri, resolve
 from switchboard.mcp.errors import UNAVAILABLE_MESSAGE, error_result, result_code
+from switchboard.mcp.hangups import watching
 from switchboard.mcp.sessions import SESSION_HEADER
 from switchboard.mcp.tools import ToolContext, acting_as
 from switchboard.ratelimit import WindowLimiter
@@ -118,7 +119,7 @@ class Gate:
             return verdict
         self._capture(ctx, verdict.id)
         try:
-            with acting_as(verdict):
+            with acting_as(verdict), watching(ctx.request):
                 result = await call_next(ctx)
         except MCPError:
             self._count(label, "protocol_error")

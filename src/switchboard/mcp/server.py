@@ -39,6 +39,7 @@ from switchboard.mcp.doorbell import Doorbell
 from switchboard.mcp.errors import INTERNAL_MESSAGE, UNAVAILABLE_MESSAGE, VerbError, error_result
 from switchboard.mcp.events import MemoryEventStore
 from switchboard.mcp.gate import Gate
+from switchboard.mcp.hangups import Hangups
 from switchboard.mcp.resources import QueueResources
 from switchboard.mcp.sessions import StreamWatch
 from switchboard.mcp.tools import ToolContext, ToolRegistrar
@@ -273,5 +274,5 @@ def build_mcp(services: Services, *, extra_tools: Sequence[ToolRegistrar] = ()) 
                 route.app = RevocationForm(route.app)
         sdk_app.router.routes.extend(auth_routes)
     sdk_app.add_exception_handler(Exception, _server_error)
-    app = _StoreGuard(StreamWatch(sdk_app, doorbell.sessions))
+    app = _StoreGuard(StreamWatch(Hangups(sdk_app), doorbell.sessions))
     return McpSurface(server=server, app=app, doorbell=doorbell, tools=tools, verifier=verifier)

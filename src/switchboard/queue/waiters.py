@@ -8,8 +8,8 @@ with ``remote=True``, so on PostgreSQL the transitions other instances commit (t
 it too, and after a relay gap :meth:`ClaimWaiters.wake_all` makes every waiter re-check.
 ``fallback_seconds`` (off by default) would add a periodic re-check on top.
 
-A waiter is a ``with`` block: it leaves the registry when its call returns, times out or is cancelled
-(a modern client that closes its response stream cancels the call). The claim is re-checked after the
+A waiter is a ``with`` block: it leaves the registry when its call returns, times out or is cancelled,
+and when its client hangs up (``gone``: :mod:`switchboard.mcp.hangups`) it returns claiming nothing. The claim is re-checked after the
 waiter is registered, so a todo that became ready between the empty claim and the registration is not
 missed; a ring that arrives during a claim is kept (the event is cleared before each claim).
 """
@@ -79,6 +79,7 @@ class ClaimWaiters:
         queues: Sequence[str],
         wait_seconds: float,
         claim: Callable[[], Awaitable[T]],
+        gone: asyncio.Event | None = None,
     ) -> T:
         """``claim()``; when it finds nothing (falsy) and ``wait_seconds`` > 0, claim again each time a
         todo becomes ready on ``queues`` (or every ``fallback_seconds``) until one is found or the
@@ -98,11 +99,28 @@ class ClaimWaiters:
                 timeout = (
                     remaining if self.fallback_seconds is None else min(remaining, self.fallback_seconds)
                 )
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(timeout):
-                        await rang.wait()
+                if await _rang_or_gone(rang, gone, timeout):
+                    return got  # the caller hung up: claim nothing for nobody
 
     def _moved(self, by: int) -> None:
         self._count += by
         if self._gauge is not None:
             self._gauge.set(self._count)
+
+
+async def _rang_or_gone(rang: asyncio.Event, gone: asyncio.Event | None, timeout: float) -> bool:
+    """Wait up to ``timeout`` for a ring; True when ``gone`` is (or becomes) set instead."""
+    if gone is None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await rang.wait()
+        return False
+    if gone.is_set():
+        return True
+    waits = {asyncio.ensure_future(rang.wait()), asyncio.ensure_future(gone.wait())}
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+    return gone.is_set()

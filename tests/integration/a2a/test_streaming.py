@@ -150,12 +150,17 @@ async def test_sdk_client_resubscribes_after_a_drop(env: Env) -> None:
     await worker.ok("claim_next")
 
     events: list[StreamResponse] = []
+    subscribed = asyncio.Event()
 
     async def follow() -> None:
         async for event in client.subscribe(SubscribeToTaskRequest(id=task_id)):
             events.append(event)
+            subscribed.set()
 
     reader = asyncio.create_task(follow())
+    # Ack only once the resubscription is open (its first event is the task as it stands): an ack
+    # that lands first leaves a completed task, which has nothing left to stream.
+    await asyncio.wait_for(subscribed.wait(), DEADLINE)
     await worker.ok("ack", {"todo_id": task_id, "result": "ok"})
     await asyncio.wait_for(reader, DEADLINE)
     # The task as it stands (working: nothing missed), then every later transition, in order.
