@@ -92,7 +92,9 @@ def create_app(services: Services, *, components: Sequence[Component] | None = N
             await services.hub.start()
             stack.push_async_callback(services.hub.stop)
             if not services.db.is_sqlite and services.hub.wants_remote:
-                relay = ClusterRelay(services.db.url, services.hub, services.metrics)
+                relay = ClusterRelay(
+                    services.db.url, services.hub, services.metrics, changes=services.accounts.changes
+                )
                 services.parts.add(relay)
                 await stack.enter_async_context(relay.run())
             for component in components:

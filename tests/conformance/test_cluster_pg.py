@@ -24,9 +24,11 @@ from mcp.client.session import IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import ResourceUpdatedNotification
 
+from switchboard.mcp.auth import VERIFIED_TTL
 from tests.conformance.conftest import _checked
 from tests.conformance.harness import (
     FLEET,
+    HOOK_VERBS,
     Conf,
     Metrics,
     ServerSpec,
@@ -257,3 +259,43 @@ async def test_two_instances_one_endpoint_share_the_mcp_call_limit(cluster: tupl
     # At most 600. A lease left unused when the window fills is lost (never more than a chunk, a tenth
     # of the limit, per instance), so at least 600 - 2 x 60 went through.
     assert 480 <= ok <= 600, ok
+
+
+@pytest.mark.alone  # a bound under the credential cache's 2 s: run with the machine to itself
+async def test_a_scope_change_through_one_instance_applies_on_the_other_before_its_cache_runs_out(
+    cluster: tuple[Conf, Conf],
+) -> None:
+    """Instance two answers a verified credential from its cache for up to VERIFIED_TTL (2 s). A scope
+    change made through instance one's web UI must not wait for that: the write's pg_notify reaches two
+    over the cluster relay and makes its cached row stale, so two's next call sees the new scope."""
+    one, two = cluster
+    name, label = "switchboard_cluster_relay_events_total", "endpoint_changed"
+    async with tenant(one) as a, client_on(two, a.token) as on_two:
+
+        async def rescope(queues: str) -> None:
+            r = await a.human.post(
+                f"/endpoints/{a.slug}/scope", {"queues": queues, "verbs": list(HOOK_VERBS)}
+            )
+            assert r.status_code in (200, 303), r.text[-300:]
+
+        async def relayed(since: Metrics) -> bool:
+            return delta(await two.metrics(), since, name, result=label) >= 1
+
+        async def queues_on_two() -> list[str]:
+            answer = await on_two.call_tool("whoami", {})
+            assert not answer.is_error and answer.structured_content is not None
+            return list(answer.structured_content["queues"])
+
+        before = await two.metrics()
+        await rescope("inbox,first")
+        await wait_until(lambda: relayed(before), timeout=10, what="the scope change relayed to two")
+        # Two's cached row is stale now, so this whoami verifies afresh: its cache entry is younger
+        # than cached_at and would be trusted until cached_at + VERIFIED_TTL at the earliest.
+        cached_at = time.monotonic()
+        assert await queues_on_two() == ["first", "inbox"]
+        await rescope("inbox,second")
+        while (seen := await queues_on_two()) != ["inbox", "second"]:
+            elapsed = time.monotonic() - cached_at
+            assert elapsed < VERIFIED_TTL, f"two answered {seen} from its cache for {elapsed:.2f} s"
+            await asyncio.sleep(0.02)  # another process's state: nothing here to await
+        assert time.monotonic() - cached_at < VERIFIED_TTL

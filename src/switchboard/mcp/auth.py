@@ -92,7 +92,8 @@ class EndpointTokenVerifier:
       by another process (the CLI) applies to the very next request too.
 
     So on SQLite nothing is ever answered from a row that differs from the database; on PostgreSQL a
-    change made through another instance applies on this one within :data:`VERIFIED_TTL`.
+    change made through another instance is announced at its commit (``store.changes.announce``) and
+    invalidates here when the cluster relay hears it, within :data:`VERIFIED_TTL` at most.
 
     Store errors propagate on purpose: answering ``None`` would tell a client its credential is bad
     when only the database is down (the surface turns them into 503).

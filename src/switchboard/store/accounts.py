@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from switchboard.clock import Clock, ms
 from switchboard.ids import new_id
 from switchboard.obs.audit import audit
-from switchboard.store.changes import EndpointChanges
+from switchboard.store.changes import EndpointChanges, announce
 from switchboard.store.db import Database
 from switchboard.store.errors import Conflict
 from switchboard.store.schema import endpoints, humans
@@ -257,6 +257,7 @@ class AccountStore:
             values["queues"] = json.dumps(sorted(set(queues)))
         async with self.db.begin() as conn:
             await conn.execute(update(endpoints).where(endpoints.c.id == endpoint_id).values(**values))
+            await announce(conn, endpoint_id)
         self.changes.bump(endpoint_id)
         audit(
             "endpoint.scope",
@@ -274,6 +275,7 @@ class AccountStore:
                 .where(endpoints.c.id == endpoint_id)
                 .values(token_hash=hash_token(token), token_hint=token[:8], updated_at=ms(self.clock.now()))
             )
+            await announce(conn, endpoint_id)
         self.changes.bump(endpoint_id)
         audit("token.revend", actor=actor, endpoint_id=endpoint_id)
         return token
@@ -285,6 +287,7 @@ class AccountStore:
                 .where(endpoints.c.id == endpoint_id)
                 .values(token_hash=None, token_hint=None, updated_at=ms(self.clock.now()))
             )
+            await announce(conn, endpoint_id)
         self.changes.bump(endpoint_id)
         audit("token.revoke", actor=actor, endpoint_id=endpoint_id)
 

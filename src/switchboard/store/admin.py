@@ -23,7 +23,7 @@ from switchboard.ids import new_id
 from switchboard.store import accounts, todo_queries
 from switchboard.store import sources as source_store
 from switchboard.store.accounts import EMAIL
-from switchboard.store.changes import EndpointChanges
+from switchboard.store.changes import EndpointChanges, announce
 from switchboard.store.db import Database
 from switchboard.store.errors import Conflict, NotFound
 from switchboard.store.schema import humans, notify_hooks
@@ -126,6 +126,7 @@ class AdminStore:
             if row.is_operator and await self._operators(conn) <= 1:
                 raise Conflict("this is the last operator: grant the role to someone else first")
             await conn.execute(delete(humans).where(humans.c.id == human_id))
+            await announce(conn, None)
         self.changes.bump_all()  # their endpoints went with them
         return gone
 
@@ -148,6 +149,7 @@ class AdminStore:
         async with self.db.begin() as conn:
             if not await accounts.delete_endpoint(conn, endpoint_id):
                 raise NotFound("no such endpoint")
+            await announce(conn, endpoint_id)
         self.changes.bump(endpoint_id)
         return gone
 

@@ -1,8 +1,9 @@
 """How a cached endpoint row is known to be current, without reading it again (docs/mcp.md, "Grants").
 
 * :class:`EndpointChanges`: a generation per endpoint, bumped by every write to an endpoint row that
-  this process commits (scope, token re-vend and revoke, presence, delete). A cached row whose
-  generation moved is stale at once, on every database.
+  this process commits (scope, token re-vend and revoke, presence, delete), and on PostgreSQL by the
+  same writes committed by other instances and the CLI (:func:`announce`, carried by the cluster
+  relay). A cached row whose generation moved is stale at once.
 * :class:`SqliteDataVersion`: SQLite's ``PRAGMA data_version`` on a connection of its own, which moves
   whenever any other connection commits a change to the file, in this process or another (the CLI,
   a restore). Equal values mean the file has not changed at all since the row was read, so the row is
@@ -14,6 +15,22 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+ENDPOINTS_CHANNEL = "switchboard_endpoints"
+EVERY_ENDPOINT = "*"
+_NOTIFY = text("SELECT pg_notify(:channel, :payload)")
+
+
+async def announce(conn: AsyncConnection, endpoint_id: str | None) -> None:
+    """Inside the transaction that writes an endpoint row (``None``: several, as a human's delete): on
+    PostgreSQL, tell every other instance at commit (the cluster relay, ``store/relay.py``), so their
+    cached rows go stale at once instead of at the end of their trust window. Nothing on SQLite, whose
+    file version already tells every process."""
+    if conn.dialect.name == "postgresql":
+        await conn.execute(_NOTIFY, {"channel": ENDPOINTS_CHANNEL, "payload": endpoint_id or EVERY_ENDPOINT})
 
 
 class EndpointChanges:

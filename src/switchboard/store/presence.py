@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from switchboard.clock import Clock, ms
 from switchboard.obs.logs import get_logger
 from switchboard.store import accounts
-from switchboard.store.changes import EndpointChanges
+from switchboard.store.changes import EndpointChanges, announce
 from switchboard.store.db import Database
 
 log = get_logger("switchboard.presence")
@@ -57,6 +57,7 @@ class PresenceStore:
             raise ValueError("presence must be in or out")
         async with self.db.begin() as conn:
             effective = await accounts.write_presence(conn, endpoint_id, values, ms(self.clock.now()))
+            await announce(conn, endpoint_id)
         self.changes.bump(endpoint_id)
         await self.announce(endpoint_id, effective, reason)
         return effective
@@ -65,6 +66,8 @@ class PresenceStore:
         """Record ``effective`` as seen. True only for the single caller that moved it, on out->in."""
         async with self.db.begin() as conn:
             won = await accounts.mark_presence_seen(conn, endpoint_id, effective)
+            if won:
+                await announce(conn, endpoint_id)
         if won:
             self.changes.bump(endpoint_id)
         if won and effective == "in":

@@ -16,6 +16,10 @@ same database:
   transition. A dropped connection is reconnected with backoff; after a reconnect the hub's gap
   handlers run once (the doorbell's heartbeat), since NOTIFYs sent meanwhile are gone. The heartbeat
   stays the safety net either way.
+* **Endpoint changes** ride a second channel, ``switchboard_endpoints`` (``store.changes.announce``, sent
+  in the writing transaction): each one makes this instance's cached endpoint row stale
+  (``EndpointChanges``), so a revoke or a scope shrink made elsewhere applies here at once; after a
+  reconnect every cached row is made stale.
 
 SQLite is one instance: nothing here runs there.
 """
@@ -35,6 +39,7 @@ from sqlalchemy.pool import NullPool
 from switchboard.delivery.backoff import Backoff
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
+from switchboard.store.changes import ENDPOINTS_CHANNEL, EVERY_ENDPOINT, EndpointChanges
 from switchboard.store.transitions import Transition, TransitionHub
 from switchboard.text import summary
 
@@ -136,10 +141,13 @@ async def send_in_transaction(conn: AsyncConnection, transitions: Sequence[Trans
 class ClusterRelay:
     """The listening half, one per server process on PostgreSQL (``app.py`` runs it)."""
 
-    def __init__(self, url: str, hub: TransitionHub, metrics: Metrics) -> None:
+    def __init__(
+        self, url: str, hub: TransitionHub, metrics: Metrics, changes: EndpointChanges | None = None
+    ) -> None:
         self.url = url
         self.hub = hub
         self.metrics = metrics
+        self.changes = changes  # endpoint writes other processes committed: their cached rows go stale
         self.connects = 0
         self.connected = asyncio.Event()
         self._lost: asyncio.Event = asyncio.Event()
@@ -156,6 +164,19 @@ class ClusterRelay:
             return  # ours: the hub published it after our own commit
         self.metrics.relay_events.labels("received").inc(len(transitions))
         self.hub.publish_remote(transitions)
+
+    def _on_endpoint(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        """Another process committed a write to an endpoint row (``store.changes.announce``)."""
+        if self.changes is None:
+            return
+        if payload == EVERY_ENDPOINT:
+            self.changes.bump_all()
+        elif 0 < len(payload) <= 64:
+            self.changes.bump(payload)
+        else:
+            self.metrics.relay_events.labels("malformed").inc()
+            return
+        self.metrics.relay_events.labels("endpoint_changed").inc()
 
     def _on_terminate(self, _conn: Any) -> None:
         self._lost.set()
@@ -198,12 +219,15 @@ class ClusterRelay:
             self._lost.clear()
             pg.add_termination_listener(self._on_terminate)
             await pg.add_listener(CHANNEL, self._on_notify)
+            await pg.add_listener(ENDPOINTS_CHANNEL, self._on_endpoint)
             self.connects += 1
             self.metrics.relay_connected.set(1)
             self.connected.set()
             if self.connects > 1:
                 self.metrics.relay_reconnects.inc()
                 log.info("relay reconnected", connects=self.connects)
+                if self.changes is not None:
+                    self.changes.bump_all()  # an endpoint write announced meanwhile was missed
                 await self.hub.remote_gap()  # NOTIFYs sent while we were away are gone
             else:
                 log.info("relay listening", channel=CHANNEL)
@@ -218,4 +242,5 @@ class ClusterRelay:
             finally:
                 with contextlib.suppress(Exception):
                     await pg.remove_listener(CHANNEL, self._on_notify)
+                    await pg.remove_listener(ENDPOINTS_CHANNEL, self._on_endpoint)
                 self.connected.clear()
