@@ -30,6 +30,7 @@ from switchboard.clock import Clock, ms
 from switchboard.ids import new_id
 from switchboard.store.db import Database
 from switchboard.store.schema import todos
+from switchboard.store.todo_moves import transition_of
 from switchboard.store.transitions import Transition, TransitionHub
 from switchboard.text import admit
 
@@ -292,21 +293,5 @@ class TodoClaims:
         for row in rows:
             if answer is not None:
                 answer(row)  # raising here rolls the move back
-            transitions.append(
-                Transition(
-                    todo_id=row.id,
-                    endpoint_id=row.endpoint_id,
-                    queue=row.queue,
-                    kind=row.kind,
-                    source=row.source,
-                    title=row.title,
-                    attempt=row.attempt,
-                    transition=transition,
-                    reason=None,
-                    push_eligible=bool(row.verified or row.via_token),
-                    push_excluded=bool(row.self_test or row.quarantined),
-                    at=now,
-                    instance_id=self.hub.instance_id,
-                )
-            )
+            transitions.append(transition_of(row, transition, None, now, self.hub.instance_id))
         return transitions

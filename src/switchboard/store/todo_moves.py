@@ -46,6 +46,26 @@ def sender_gate(verified: bool, via_token: bool) -> bool:
     return bool(verified or via_token)
 
 
+def transition_of(row: Any, transition: str, reason: str | None, now: float, instance_id: str) -> Transition:
+    """The transition a moved row makes (any row with the todo columns the hub needs): one place for
+    every move, the batched claim path's included."""
+    return Transition(
+        todo_id=row.id,
+        endpoint_id=row.endpoint_id,
+        queue=row.queue,
+        kind=row.kind,
+        source=row.source,
+        title=row.title,
+        attempt=row.attempt,
+        transition=transition,
+        reason=reason,
+        push_eligible=sender_gate(row.verified, row.via_token),
+        push_excluded=bool(row.self_test or row.quarantined),
+        at=now,
+        instance_id=instance_id,
+    )
+
+
 class TodoMoves:
     """Shared by every move of :class:`switchboard.store.todos.TodoStore`, which sets these fields."""
 
@@ -57,21 +77,7 @@ class TodoMoves:
     # -- helpers -----------------------------------------------------------------------------------
 
     def _transition(self, row: Row[Any], transition: str, reason: str | None, now: float) -> Transition:
-        return Transition(
-            todo_id=row.id,
-            endpoint_id=row.endpoint_id,
-            queue=row.queue,
-            kind=row.kind,
-            source=row.source,
-            title=row.title,
-            attempt=row.attempt,
-            transition=transition,
-            reason=reason,
-            push_eligible=sender_gate(row.verified, row.via_token),
-            push_excluded=bool(row.self_test or row.quarantined),
-            at=now,
-            instance_id=self.hub.instance_id,
-        )
+        return transition_of(row, transition, reason, now, self.hub.instance_id)
 
     @staticmethod
     def _live_lease(endpoint_id: str, todo: str, now: float) -> Any:
