@@ -12,7 +12,13 @@ scenario 4's consumers), each with its own keep-alive connection and its own ini
 ``/healthz`` first, then ``whoami``, each for a warm-up and a measured window. It reports calls/s,
 p50/p99 at the client, and the CPU of the server (with its notify worker) and of the generator, and
 fails if any answer was not a success. ``--profile`` records the server with py-spy during the whoami
-window (py-spy is not a dependency: ``pip install py-spy`` in the bench's environment).
+window (py-spy is not a dependency: ``pip install py-spy`` in the bench's environment;
+``FLOOR_PROFILE_PHASE=whoami_modern`` records the 2026-07-28 window instead).
+
+``whoami`` runs twice: in the handshake era (``initialize``, then calls on the session, as 2025-11-25
+clients do) and in the 2026-07-28 era (``whoami_modern``: no session, each request carries its envelope
+in ``params._meta`` and the ``mcp-method``/``mcp-name`` headers), which the official SDK's client
+adopts by default (``mode="auto"`` probes ``server/discover``) and the SDK serves in the request's own task.
 """
 
 from __future__ import annotations
@@ -107,7 +113,7 @@ async def measure(
         spec = {
             "port": port,
             "agents": agents,
-            "phases": ["healthz", "whoami"],
+            "phases": ["healthz", "whoami", "whoami_modern"],
             "seconds": seconds,
             "warmup": warmup,
             "server_pids": server_pids,
@@ -116,7 +122,12 @@ async def measure(
     finally:
         await load.stop()
     out = {"clients": raw["clients"], "healthz": _summary(raw["healthz"]), "whoami": _summary(raw["whoami"])}
-    failed = {phase: out[phase]["errors"] for phase in ("healthz", "whoami") if out[phase]["errors"]}
+    out["whoami_modern"] = _summary(raw["whoami_modern"])
+    failed = {
+        phase: out[phase]["errors"]
+        for phase in ("healthz", "whoami", "whoami_modern")
+        if out[phase]["errors"]
+    }
     if failed:
         raise RuntimeError(f"the floor counted only successes, and some answers were not: {failed}")
     out["ratio"] = out["whoami"]["calls_per_second"] / max(out["healthz"]["calls_per_second"], 1e-9)
@@ -132,7 +143,8 @@ def line(result: dict[str, Any]) -> str:
         f"cores, {w['server_cpu_ms_per_call']:.2f} ms CPU per call) beside /healthz "
         f"{h['calls_per_second']:,.0f}/s (p50 {h['latency']['p50']:.1f} ms, p99 {h['latency']['p99']:.1f} ms, "
         f"server {h['server_cpu']:.2f} cores, {h['server_cpu_ms_per_call']:.2f} ms per answer); "
-        f"target {TARGET:,.0f} whoami/s"
+        f"target {TARGET:,.0f} whoami/s; modern {result['whoami_modern']['calls_per_second']:,.0f}/s "
+        f"{result['whoami_modern']['server_cpu_ms_per_call']:.2f} ms"
     )
 
 
@@ -201,7 +213,7 @@ def _profiler(pid: int, out: Path) -> WindowHook:
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
 
     async def hook(phase: str, seconds: float) -> None:
-        if phase != "whoami":
+        if phase != os.environ.get("FLOOR_PROFILE_PHASE", "whoami"):
             return
         cmd = [spy, "record", "-p", str(pid), "-d", str(max(1, int(seconds))), "-r", "250", "-o", str(out)]
         cmd += ["-f", "speedscope"] if out.suffix == ".json" else ["-f", "flamegraph"]

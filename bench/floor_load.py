@@ -29,6 +29,14 @@ from bench.common import cpu_seconds
 
 HANDSHAKE_VERSION = "2025-11-25"  # mcp_types.version.LATEST_HANDSHAKE_VERSION, what the SDK client offers
 HOST = "127.0.0.1"
+MODERN_VERSION = (
+    "2026-07-28"  # mcp_types.version.LATEST_MODERN_VERSION, what the SDK client adopts by default
+)
+MODERN_META = (
+    b',"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
+    b'"io.modelcontextprotocol/clientCapabilities":{},'
+    b'"io.modelcontextprotocol/clientInfo":{"name":"switchboard-bench-floor","version":"1"}}'
+)
 
 
 class BadAnswer(Exception):
@@ -136,10 +144,16 @@ class McpClient:
     next_id: int = 0
     session: str = ""
     head: bytes = b""  # the tools/call request head, up to content-length's value
+    modern: bool = False  # the 2026-07-28 era: no handshake, each request carries its envelope
 
     async def start(self) -> None:
         self.conn = await RawConn.open(self.port)
         auth = {**MCP_HEADERS, "authorization": f"Bearer {self.token}"}
+        if self.modern:
+            auth |= {"mcp-protocol-version": MODERN_VERSION, "mcp-method": "tools/call", "mcp-name": "whoami"}
+            self.head = head_bytes(self.port, "POST", "/mcp", auth)
+            self.next_id = 1
+            return
         init = {
             "jsonrpc": "2.0",
             "id": 0,
@@ -171,7 +185,8 @@ class McpClient:
         rid = self.next_id
         self.next_id += 1
         body = (
-            b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"whoami","arguments":{}}}' % rid
+            b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"whoami","arguments":{}%s}}'
+            % (rid, MODERN_META if self.modern else b"")
         )
         answer = await self.conn.exchange(self.head + b"\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
         if answer.status != 200:
@@ -186,6 +201,9 @@ class McpClient:
 
     async def stop(self) -> None:
         if self.conn is None:
+            return
+        if self.modern:
+            self.conn.close()
             return
         with_delete = request_bytes(
             self.port,
@@ -259,8 +277,8 @@ async def job_floor(spec: dict[str, Any], conn: Connection) -> dict[str, Any]:
     # idle for longer than its keep-alive timeout.
     for phase in spec["phases"]:
         clients: list[McpClient | Health] = (
-            [McpClient(port, a["token"], a["slug"]) for a in spec["agents"]]
-            if phase == "whoami"
+            [McpClient(port, a["token"], a["slug"], modern=phase == "whoami_modern") for a in spec["agents"]]
+            if phase.startswith("whoami")
             else [Health(port) for _ in spec["agents"]]
         )
         try:

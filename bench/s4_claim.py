@@ -34,7 +34,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import shutil
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -71,6 +75,18 @@ DB_CHECK = (
     "sum(CASE WHEN attempt > 1 THEN 1 ELSE 0 END), "
     "sum(CASE WHEN status = 'claimed' THEN 1 ELSE 0 END) FROM todos WHERE endpoint_id IN ({ids})"
 )
+
+
+def _spy(pid: int, name: str) -> None:
+    """With ``BENCH_S4_PROFILE=<folder>``, record ``pid`` with py-spy for 5 s into ``<folder>/<name>.json``
+    (speedscope): where a variant's server time goes (py-spy is not a dependency)."""
+    folder = os.environ.get("BENCH_S4_PROFILE")
+    if not folder:
+        return
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    out = Path(folder) / f"{name}.json"
+    cmd = [spy, "record", "-p", str(pid), "-d", "5", "-r", "200", "-f", "speedscope", "-o", str(out)]
+    subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # ends by itself
 
 
 def _db_check(endpoints: list[EndpointInfo]) -> str:
@@ -165,6 +181,7 @@ async def _sqlite(b: Bench, todos: int) -> dict[str, Any]:
         agents = _agents(world.endpoints, [server.base_url], AGENTS_PER_ENDPOINT)[0]
         meter = CpuMeter({"server": server.pids(), "client": b.client.pid})
         meter.start()
+        _spy(server.pid, "sqlite")
         result = await b.client.run("mcp_claim", {"agents": agents, "max_seconds": MAX_SECONDS})
         cpu = meter.stop()
     db = sqlite_rows(server.settings["data_dir"], _db_check(world.endpoints))[0]
@@ -212,6 +229,7 @@ async def _switchboard(
     per_instance = _agents(endpoints, [s.base_url for s in c.servers], AGENTS_PER_ENDPOINT)
     meter = c.meter(server_1=c.servers[0].pid, server_2=c.servers[1].pid)
     meter.start()
+    _spy(c.servers[0].pid, f"pg-{batch}")
     spec: dict[str, Any] = {"max_seconds": MAX_SECONDS, "batch": batch}
     results = await asyncio.gather(
         *(
