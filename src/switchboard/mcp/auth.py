@@ -218,6 +218,14 @@ def effective_verbs(access: AccessToken, endpoint: Endpoint) -> tuple[str, ...]:
     return tuple(v for v in endpoint.verbs if v in allowed)
 
 
+def may_call(endpoint: Endpoint, verb: str) -> bool:
+    """Whether this call's credential may also use ``verb`` (a verb that does another's work too, as
+    ``claim_next`` with ``ack``, checks the other's grant with it)."""
+    access = get_access_token()
+    verbs = effective_verbs(access, endpoint) if access is not None else endpoint.verbs
+    return required_grant(verb) in verbs
+
+
 async def authenticate_bearer(services: Services, token: str) -> Endpoint | None:
     """One bearer token (endpoint credential ``sbt_...`` or OAuth access token ``sboa_...``) to the
     endpoint it acts as, read fresh, with ``verbs`` replaced by its effective scope; None when the
