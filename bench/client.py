@@ -26,6 +26,7 @@ Every job is bounded by a count and a ``max_seconds`` deadline.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
@@ -365,9 +366,12 @@ async def job_mcp_tools(spec: dict[str, Any]) -> dict[str, Any]:
 
 async def job_mcp_claim(spec: dict[str, Any]) -> dict[str, Any]:
     """``claim_next`` then ``ack`` until the queues are empty (or ``max_per_agent`` each, or time is up);
-    with ``batch``, :func:`_mcp_claim_batch`. A todo counts once its ``ack`` answers it ``done``."""
+    with ``batch``, :func:`_mcp_claim_batch`; with ``combined``, :func:`_mcp_claim_combined`. A todo
+    counts once its ``ack`` answers it ``done``."""
     if spec.get("batch"):
         return await _mcp_claim_batch(spec)
+    if spec.get("combined"):
+        return await _mcp_claim_combined(spec)
     run = _Consumers(spec)
     claimed: list[str] = []
     claim_lat: list[float] = []
@@ -412,6 +416,60 @@ async def job_mcp_claim(spec: dict[str, Any]) -> dict[str, Any]:
         "per_agent": per_agent,
         **summary,
     }
+
+
+async def _mcp_claim_combined(spec: dict[str, Any]) -> dict[str, Any]:
+    """One call per todo: ``claim_next`` with ``ack`` of the todo the consumer holds (docs/mcp.md), the
+    first call without one. A todo counts as completed when a later call's ``acked`` reports it ``ok``;
+    the last todo held is acked by the call that finds the queue empty."""
+    run = _Consumers(spec)
+    claimed: list[str] = []
+    acked: list[str] = []
+    claim_lat: list[float] = []
+
+    async def consume(index: int, client: McpClient) -> None:
+        held: str | None = None
+        while True:
+            t0 = time.monotonic()
+            args = (
+                b"{}"
+                if held is None
+                else json.dumps({"ack": {"todo_id": held, "result": {"ok": True}}}).encode()
+            )
+            try:
+                got = await client.call("claim_next", args)
+                if "todo" not in got:
+                    raise BadAnswer("claim_next: no todo key in structuredContent")
+                if held is not None and got.get("acked") != {"todo_id": held, "ok": True}:
+                    raise BadAnswer(
+                        f"claim_next: the ack of {held} was answered {str(got.get('acked'))[:80]}"
+                    )
+                todo = None if got["todo"] is None else _todo(got["todo"], "claim_next", "claimed")
+            except _FAILURES as exc:
+                held = None  # not counted as completed; its lease runs out
+                if await run.failed(client, exc):
+                    continue
+                return
+            if held is not None:
+                acked.append(held)
+                held = None
+            if todo is None:
+                return
+            claim_lat.append(time.monotonic() - t0)
+            claimed.append(todo["id"])
+            if time.monotonic() >= run.deadline:  # out of time: finish this one alone, claim no more
+                finish = json.dumps({"todo_id": todo["id"], "result": {"ok": True}}).encode()
+                with contextlib.suppress(*_FAILURES):
+                    if (
+                        _todo((await client.call("ack", finish)).get("todo"), "ack", "done")["id"]
+                        == todo["id"]
+                    ):
+                        acked.append(todo["id"])
+                return
+            held = todo["id"]
+
+    summary = await run.run(consume)
+    return {"claimed": claimed, "acked": acked, "claim_latency": claim_lat, "ack_latency": [], **summary}
 
 
 async def _mcp_claim_batch(spec: dict[str, Any]) -> dict[str, Any]:

@@ -261,6 +261,15 @@ def _s4_targets(s4: dict[str, Any]) -> list[tuple[str, str, str]]:
         (f"claim_next+ack, PostgreSQL, 2 instances, MCP {x.get('era', '')} (information)", x, "one_legacy")
         for x in [pg.get("variants", {}).get("one_legacy", {})]
     ]
+    legacy += [
+        (
+            "claim_next with ack (one todo per call, the ack riding on the next claim), PostgreSQL, "
+            "2 instances (information)",
+            x,
+            "combined",
+        )
+        for x in [pg.get("variants", {}).get("combined", {})]
+    ]
     for label, x, ratio in legacy:
         if "todos_per_second" in x:
             peer = pg.get("ratios", {}).get(ratio)
@@ -277,6 +286,7 @@ def _s4_targets(s4: dict[str, Any]) -> list[tuple[str, str, str]]:
         ("sqlite, handshake era", lite.get("variants", {}).get("one_legacy", {})),
         ("postgres, one per call", pg),
         ("postgres, one per call, handshake era", pg.get("variants", {}).get("one_legacy", {})),
+        ("postgres, claim_next with ack", pg.get("variants", {}).get("combined", {})),
         ("postgres, batches", pg.get("variants", {}).get("batch", {})),
     ):
         if "double_claims" in r:
@@ -389,6 +399,13 @@ def _s4_lines(s4: dict[str, Any], r: dict[str, Any]) -> list[str]:
             f"{legacy['todos_per_second']:,.0f} todos/s, claim p99 {legacy['claim_latency']['p99']:.1f} ms, "
             f"double claims {legacy['double_claims']}"
             + (f"; Switchboard / pgqueuer {ratios['one_legacy']:.2f}x" if "one_legacy" in ratios else "")
+        )
+    combined = variants.get("combined", {})
+    if "todos_per_second" in combined:
+        lines.append(
+            f"   claim_next with ack (one call per todo): {combined['todos_per_second']:,.0f} todos/s, claim p99 "
+            f"{combined['claim_latency']['p99']:.1f} ms, double claims {combined['double_claims']}"
+            + (f"; Switchboard / pgqueuer {ratios['combined']:.2f}x" if "combined" in ratios else "")
         )
     peer = variants.get("pgqueuer_1", {})
     if "jobs_per_second" in peer:
@@ -862,6 +879,16 @@ def _s4(r: dict[str, Any]) -> list[str]:
                     _era_label("PostgreSQL, `claim_next` + `ack`", variants["one_legacy"], legacy=True),
                     variants["one_legacy"],
                     f"{ratios['one_legacy']:.2f}x" if "one_legacy" in ratios else "-",
+                )
+            )
+        if "combined" in variants:
+            lines.append(
+                (
+                    _era_label(
+                        "PostgreSQL, `claim_next` with `ack` (one call per todo)", variants["combined"]
+                    ),
+                    variants["combined"],
+                    f"{ratios['combined']:.2f}x" if "combined" in ratios else "-",
                 )
             )
         lines += [

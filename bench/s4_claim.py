@@ -242,7 +242,15 @@ class _Cluster:
 
 
 async def _switchboard(
-    c: _Cluster, world: World, group: int, todos: int, *, batch: int, label: str, era: str = ERA
+    c: _Cluster,
+    world: World,
+    group: int,
+    todos: int,
+    *,
+    batch: int,
+    label: str,
+    era: str = ERA,
+    combined: bool = False,
 ) -> dict[str, Any]:
     """One Switchboard variant on the two instances: load ``todos`` through fan-out source ``group``
     (its endpoints are this variant's alone), then drain them, the consumers speaking ``era``."""
@@ -256,7 +264,12 @@ async def _switchboard(
     meter = c.meter(server_1=c.servers[0].pid, server_2=c.servers[1].pid)
     meter.start()
     _spy(c.servers[0].pid, f"pg-{batch}-{era}")
-    spec: dict[str, Any] = {"max_seconds": MAX_SECONDS, "batch": batch, "modern": era == ERA}
+    spec: dict[str, Any] = {
+        "max_seconds": MAX_SECONDS,
+        "batch": batch,
+        "modern": era == ERA,
+        "combined": combined,
+    }
     results = await asyncio.gather(
         *(
             client.run("mcp_claim", {**spec, "agents": agents})
@@ -374,10 +387,10 @@ async def _postgres(b: Bench, todos: int) -> dict[str, Any]:
         two = b.server("s4-pg-2", dict(settings))
         world = await build_world(
             one.settings,
-            endpoints=3 * ENDPOINTS,  # one set per Switchboard variant
+            endpoints=4 * ENDPOINTS,  # one set per Switchboard variant
             queues=QUEUES,
             own_sources=False,
-            fanout_groups=[list(range(g * ENDPOINTS, (g + 1) * ENDPOINTS)) for g in range(3)],
+            fanout_groups=[list(range(g * ENDPOINTS, (g + 1) * ENDPOINTS)) for g in range(4)],
             owners="one",
         )
         await extra.run("warm", {})
@@ -396,6 +409,12 @@ async def _postgres(b: Bench, todos: int) -> dict[str, Any]:
                     "one_legacy",
                     lambda: _switchboard(
                         c, world, 2, todos, batch=0, label=f"claim_next + ack, {LEGACY_ERA}", era=LEGACY_ERA
+                    ),
+                ),
+                (
+                    "combined",
+                    lambda: _switchboard(
+                        c, world, 3, todos, batch=0, label=f"claim_next with ack, {ERA}", combined=True
                     ),
                 ),
                 ("pgqueuer_1", lambda: _pgqueuer(c, peer_url, todos, consumers, 1, install=True)),
@@ -428,7 +447,12 @@ async def _batch(c: _Cluster, world: World, todos: int) -> dict[str, Any]:
 
 def _ratios(variants: dict[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {}
-    for ours, theirs in (("one", "pgqueuer_1"), ("one_legacy", "pgqueuer_1"), ("batch", "pgqueuer_batch")):
+    for ours, theirs in (
+        ("one", "pgqueuer_1"),
+        ("one_legacy", "pgqueuer_1"),
+        ("combined", "pgqueuer_1"),
+        ("batch", "pgqueuer_batch"),
+    ):
         a = variants.get(ours, {}).get("todos_per_second")
         p = variants.get(theirs, {}).get("jobs_per_second")
         if a is not None and p:
