@@ -8,7 +8,9 @@ switchboard.notify.worker``) run the dispatcher: matching, the bounded queue, at
 Why several (``SWITCHBOARD_NOTIFY_PROCESSES``, one per core by default, at most 4): one child delivers on
 one core at most. Each endpoint's transitions always go to the same child (a hash of its id), so a
 hook's health fold and disable (and, on SQLite, its rate limit) live in one process, as with one child;
-the per-owner in-flight bound and the queue bound apply per child.
+the per-owner in-flight bound applies per child. The queue bound does not: REQ-7's queue is the
+instance's, so ``SWITCHBOARD_NOTIFY_QUEUE_SIZE`` is split between the children (:func:`queue_shares`),
+and there are never more children than queue slots.
 
 The contract of REQ-7 holds across the pipe:
 
@@ -62,6 +64,13 @@ class WorkerUnavailable(RuntimeError):
     pass
 
 
+def queue_shares(size: int, children: int) -> list[int]:
+    """Each child's share of the instance's queue bound: they sum to ``size`` exactly, so the instance
+    never holds more queued notifications than the setting says, however many children share them."""
+    base, extra = divmod(size, children)
+    return [base + (1 if index < extra else 0) for index in range(children)]
+
+
 def child_of(endpoint_id: str, children: int) -> int:
     """Which child delivers for an endpoint: stable across batches and restarts of the server."""
     return zlib.crc32(endpoint_id.encode()) % children
@@ -80,6 +89,7 @@ class RemoteDispatcher:
         max_buffer: int = MAX_BUFFER,
         drain_timeout: float = 5.0,
         processes: int = 1,
+        queue_size: int | None = None,
     ) -> None:
         if services.settings.in_memory_database():
             raise ValueError(
@@ -87,6 +97,10 @@ class RemoteDispatcher:
             )
         if processes < 1:
             raise ValueError("processes must be at least 1")
+        queue_size = services.settings.notify_queue_size if queue_size is None else queue_size
+        if queue_size < 1:
+            raise ValueError("queue_size must be at least 1")
+        processes = min(processes, queue_size)  # a child with no queue slot could only drop
         self.services = services
         self.metrics = services.metrics
         self.command = list(command)
@@ -95,7 +109,10 @@ class RemoteDispatcher:
         self.drain_timeout = drain_timeout
         self.accepting = False
         self.restart_delays: Sequence[float] = RESTART_DELAYS
-        self.workers = [WorkerProcess(self, index) for index in range(processes)]
+        self.workers = [
+            WorkerProcess(self, index, queue_size=share)
+            for index, share in enumerate(queue_shares(queue_size, processes))
+        ]
         self._stopping = False
         self._stop_requested = asyncio.Event()
         self._drops = DropLog()
@@ -212,9 +229,10 @@ class RemoteDispatcher:
 class WorkerProcess:
     """One child: started, read, restarted when it dies, stopped with the others."""
 
-    def __init__(self, owner: RemoteDispatcher, index: int) -> None:
+    def __init__(self, owner: RemoteDispatcher, index: int, *, queue_size: int) -> None:
         self.owner = owner
         self.index = index
+        self.queue_size = queue_size  # this child's share of the instance's queue bound
         self.proc: asyncio.subprocess.Process | None = None
         self.starts = 0
         self._running = asyncio.Event()
@@ -365,11 +383,12 @@ class WorkerProcess:
                         "settings": settings.model_dump(mode="json"),
                         "retry_delays": owner.retry_delays,
                         "drain_timeout": owner.drain_timeout,
+                        "queue_size": self.queue_size,
                     }
                 }
             )
         )
-        log.info("notify worker started", pid=proc.pid, worker=self.index)
+        log.info("notify worker started", pid=proc.pid, worker=self.index, queue_size=self.queue_size)
         return proc
 
     async def _read(self, proc: asyncio.subprocess.Process) -> None:

@@ -2,7 +2,8 @@
 process").
 
 One JSON object per line. Server to worker, on the worker's stdin: the first line ``{"hello": ...}``
-carries the settings and the dispatcher's parameters; then ``{"t": [...]}`` is a batch of committed
+carries the settings and the dispatcher's parameters (its queue bound is
+the child's share of the instance's); then ``{"t": [...]}`` is a batch of committed
 transitions, ``{"p": {...}}`` a presence return, ``{"idle": n}`` asks for an answer once everything
 before it is matched and finished, ``{"test": {"seq": n, "hook_id", "endpoint_id", "slug"}}`` asks for
 the endpoint card's test send. Worker to server, on its stdout: ``{"m": [...]}`` metric changes,

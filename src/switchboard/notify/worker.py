@@ -63,6 +63,8 @@ async def run(
         hook_store(services),
         retry_delays=[float(d) for d in hello["retry_delays"]],
         drain_timeout=float(hello.get("drain_timeout", 5.0)),
+        # this child's share of the instance's queue bound (switchboard.notify.process.queue_shares)
+        queue_size=int(hello.get("queue_size", settings.notify_queue_size)),
     )
     deltas = MetricDeltas(services.metrics)
 

@@ -21,7 +21,7 @@ from standardwebhooks import Webhook
 
 from switchboard.notify.component import NotifyComponent
 from switchboard.notify.dispatcher import Dispatcher
-from switchboard.notify.process import WORKER_COMMAND, RemoteDispatcher, child_of
+from switchboard.notify.process import WORKER_COMMAND, RemoteDispatcher, child_of, queue_shares
 from switchboard.notify.wire import line
 from switchboard.notify.worker import NICENESS
 from switchboard.services import build_services
@@ -281,3 +281,23 @@ def test_by_default_one_worker_process_per_core_at_most_four(tmp_path: Path) -> 
     assert isinstance(dispatcher, RemoteDispatcher) and len(dispatcher.workers) == 2
     with pytest.raises(ValueError):
         make_settings(tmp_path, notify_processes=0)
+
+
+def test_the_instances_queue_bound_is_split_between_the_children(tmp_path: Path) -> None:
+    """REQ-7's queue is the instance's: the children's shares sum to the setting, never more."""
+    assert queue_shares(10_000, 2) == [5_000, 5_000]
+    assert queue_shares(10, 4) == [3, 3, 2, 2]
+    assert queue_shares(3, 3) == [1, 1, 1]
+    for size in (1, 2, 7, 10_000, 10_001):
+        for children in (1, 2, 3, 4):
+            if children <= size:
+                assert sum(queue_shares(size, children)) == size
+                assert min(queue_shares(size, children)) >= 1
+    # never more children than queue slots (a child with no slot could only drop)
+    assert make_settings(tmp_path, notify_processes=4, notify_queue_size=2).notify_worker_processes() == 2
+    services = build_services(make_settings(tmp_path, notify_process=True, notify_queue_size=7))
+    r = RemoteDispatcher(services, retry_delays=[1.0], processes=3)
+    assert [w.queue_size for w in r.workers] == [3, 2, 2]
+    assert len(RemoteDispatcher(services, retry_delays=[1.0], processes=9).workers) == 7
+    with pytest.raises(ValueError):  # 0 would make an unbounded asyncio queue
+        make_settings(tmp_path, notify_queue_size=0)
