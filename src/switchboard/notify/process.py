@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from switchboard.notify.droplog import DropLog
-from switchboard.notify.wire import RELAYED, line, presence_line, transitions_line
+from switchboard.notify.wire import RELAYED, line, presence_line, transitions_lines
 from switchboard.obs.logs import get_logger
 from switchboard.services import Services
 from switchboard.store.presence import PresenceReturn
@@ -134,9 +134,10 @@ class RemoteDispatcher:
             if t.pushable and t.endpoint_id is not None:
                 shares.setdefault(child_of(t.endpoint_id, len(self.workers)), []).append(t)
         for index, share in shares.items():
-            if not self.workers[index].send(transitions_line(share)):
-                for t in share:
-                    self._dropped("worker_unavailable", endpoint_id=t.endpoint_id, todo_id=t.todo_id)
+            for data, carried in transitions_lines(share):
+                if not self.workers[index].send(data):
+                    for t in carried:
+                        self._dropped("worker_unavailable", endpoint_id=t.endpoint_id, todo_id=t.todo_id)
 
     async def on_presence_return(self, event: PresenceReturn) -> None:
         if not self.accepting:
