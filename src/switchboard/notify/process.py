@@ -16,9 +16,9 @@ The contract of REQ-7 holds across the pipe:
 
 * The hub's subscriber only writes each batch to the child's stdin (in lines of about 64 KiB, which
   the child reads one at a time) and never waits for it. When the child has not read what was written
-  before (more than ``max_buffer`` bytes wait) or is not running, the line's transitions are dropped, logged (coalesced by :mod:`switchboard.notify.droplog`,
-  flushed by its timer and at stop) and counted as dropped, exactly like a full hub queue; the todos
-  are unaffected. Each child coalesces and flushes its own drops the same way; its lines reach this
+  before (more than ``max_buffer`` bytes wait) or is not running, the line's transitions are dropped,
+  logged (coalesced by :mod:`switchboard.notify.droplog`, flushed by its timer and at stop) and
+  counted as dropped, exactly like a full hub queue; the todos are unaffected. Each child coalesces and flushes its own drops the same way; its lines reach this
   process's stderr.
 * The child's own queue, workers, retries and health writes are the in-process dispatcher's.
 * The child's counters reach this process's ``/metrics`` (:mod:`switchboard.notify.wire`).
