@@ -170,10 +170,12 @@ class Settings(BaseSettings):
 
     def notify_worker_processes(self) -> int:
         """SWITCHBOARD_NOTIFY_PROCESSES, with its default resolved (used only with the worker process).
-        Never more than SWITCHBOARD_NOTIFY_QUEUE_SIZE: the instance's queue is split between them."""
+        Never more than SWITCHBOARD_NOTIFY_QUEUE_SIZE or SWITCHBOARD_NOTIFY_WORKERS: the instance's queue
+        and its concurrent attempts are split between them."""
+        bound = min(self.notify_queue_size, self.notify_workers)
         if self.notify_processes is not None:
-            return min(self.notify_processes, self.notify_queue_size)
-        return max(1, min(os.cpu_count() or 1, MAX_AUTO_NOTIFY_PROCESSES, self.notify_queue_size))
+            return min(self.notify_processes, bound)
+        return max(1, min(os.cpu_count() or 1, MAX_AUTO_NOTIFY_PROCESSES, bound))
 
     def allow_cidrs(self) -> tuple[str, ...]:
         """The notify-hook allowlist (SWITCHBOARD_NOTIFY_HOOK_ALLOW_CIDRS)."""

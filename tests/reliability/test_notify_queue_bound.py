@@ -61,9 +61,14 @@ async def deliver(s: Served, tenant: Tenant, n: int) -> list[str]:
 
 
 async def test_the_queue_bound_is_the_instances_not_each_childs(tmp_path: Path) -> None:
-    async with served(tmp_path, notify_queue_size=QUEUE, notify_workers=1, notify_processes=CHILDREN) as s:
-        shares = {e["worker"]: e["queue_size"] for e in s.log("notify worker started")}
+    # one attempt in flight per child: SWITCHBOARD_NOTIFY_WORKERS is the instance's and split like the queue
+    async with served(
+        tmp_path, notify_queue_size=QUEUE, notify_workers=CHILDREN, notify_processes=CHILDREN
+    ) as s:
+        started = s.log("notify worker started")
+        shares = {e["worker"]: e["queue_size"] for e in started}
         assert shares == {0: QUEUE // CHILDREN, 1: QUEUE // CHILDREN}  # the log names each child's share
+        assert {e["worker"]: e["workers"] for e in started} == {0: 1, 1: 1}
         other = await other_childs_tenant(s)
         tenants = [s.tenant, other]
         agents = [await s.agent(), await s.stack.enter_async_context(agent(s.server.mcp_url, other.token))]

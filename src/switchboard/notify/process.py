@@ -10,7 +10,9 @@ one core at most. Each endpoint's transitions always go to the same child (a has
 hook's health fold and disable (and, on SQLite, its rate limit) live in one process, as with one child;
 the per-owner in-flight bound applies per child. The queue bound does not: REQ-7's queue is the
 instance's, so ``SWITCHBOARD_NOTIFY_QUEUE_SIZE`` is split between the children (:func:`queue_shares`),
-and there are never more children than queue slots.
+and so is ``SWITCHBOARD_NOTIFY_WORKERS`` (the instance's concurrent attempts: each holds a connection
+and its buffers, which is what an overflow's memory is made of); there are never more children than
+queue slots or attempts.
 
 The contract of REQ-7 holds across the pipe:
 
@@ -100,7 +102,9 @@ class RemoteDispatcher:
         queue_size = services.settings.notify_queue_size if queue_size is None else queue_size
         if queue_size < 1:
             raise ValueError("queue_size must be at least 1")
-        processes = min(processes, queue_size)  # a child with no queue slot could only drop
+        workers = services.settings.notify_workers
+        # a child with no queue slot could only drop; one with no worker could only queue
+        processes = min(processes, queue_size, workers)
         self.services = services
         self.metrics = services.metrics
         self.command = list(command)
@@ -110,8 +114,10 @@ class RemoteDispatcher:
         self.accepting = False
         self.restart_delays: Sequence[float] = RESTART_DELAYS
         self.workers = [
-            WorkerProcess(self, index, queue_size=share)
-            for index, share in enumerate(queue_shares(queue_size, processes))
+            WorkerProcess(self, index, queue_size=share, attempts=attempts)
+            for index, (share, attempts) in enumerate(
+                zip(queue_shares(queue_size, processes), queue_shares(workers, processes), strict=True)
+            )
         ]
         self._stopping = False
         self._stop_requested = asyncio.Event()
@@ -230,10 +236,11 @@ class RemoteDispatcher:
 class WorkerProcess:
     """One child: started, read, restarted when it dies, stopped with the others."""
 
-    def __init__(self, owner: RemoteDispatcher, index: int, *, queue_size: int) -> None:
+    def __init__(self, owner: RemoteDispatcher, index: int, *, queue_size: int, attempts: int) -> None:
         self.owner = owner
         self.index = index
         self.queue_size = queue_size  # this child's share of the instance's queue bound
+        self.attempts = attempts  # and of its concurrent attempts (SWITCHBOARD_NOTIFY_WORKERS)
         self.proc: asyncio.subprocess.Process | None = None
         self.starts = 0
         self._running = asyncio.Event()
@@ -385,11 +392,18 @@ class WorkerProcess:
                         "retry_delays": owner.retry_delays,
                         "drain_timeout": owner.drain_timeout,
                         "queue_size": self.queue_size,
+                        "workers": self.attempts,
                     }
                 }
             )
         )
-        log.info("notify worker started", pid=proc.pid, worker=self.index, queue_size=self.queue_size)
+        log.info(
+            "notify worker started",
+            pid=proc.pid,
+            worker=self.index,
+            queue_size=self.queue_size,
+            workers=self.attempts,
+        )
         return proc
 
     async def _read(self, proc: asyncio.subprocess.Process) -> None:

@@ -69,6 +69,7 @@ async def run(
         drain_timeout=float(hello.get("drain_timeout", 5.0)),
         # this child's share of the instance's queue bound (switchboard.notify.process.queue_shares)
         queue_size=int(hello.get("queue_size", settings.notify_queue_size)),
+        workers=int(hello.get("workers", settings.notify_workers)),  # and of its concurrent attempts
     )
     deltas = MetricDeltas(services.metrics)
 

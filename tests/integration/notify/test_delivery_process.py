@@ -299,7 +299,12 @@ def test_the_instances_queue_bound_is_split_between_the_children(tmp_path: Path)
     services = build_services(make_settings(tmp_path, notify_process=True, notify_queue_size=7))
     r = RemoteDispatcher(services, retry_delays=[1.0], processes=3)
     assert [w.queue_size for w in r.workers] == [3, 2, 2]
+    assert [w.attempts for w in r.workers] == [11, 11, 10]  # SWITCHBOARD_NOTIFY_WORKERS (32), split too
     assert len(RemoteDispatcher(services, retry_delays=[1.0], processes=9).workers) == 7
+    # never more children than concurrent attempts either (a child with none could only queue)
+    assert make_settings(tmp_path, notify_processes=4, notify_workers=3).notify_worker_processes() == 3
+    few = build_services(make_settings(tmp_path, notify_process=True, notify_workers=2))
+    assert [w.attempts for w in RemoteDispatcher(few, retry_delays=[1.0], processes=4).workers] == [1, 1]
     with pytest.raises(ValueError):  # 0 would make an unbounded asyncio queue
         make_settings(tmp_path, notify_queue_size=0)
 
