@@ -27,8 +27,10 @@ def build_dispatcher(
     *,
     retry_delays: Sequence[float],
     drain_timeout: float = 5.0,
+    queue_size: int | None = None,
 ) -> Dispatcher:
-    """The dispatcher as the server runs it, in this process or in the notify worker process."""
+    """The dispatcher as the server runs it, in this process or in the notify worker process.
+    ``queue_size``: a worker process's share of the instance's queue bound (default: all of it)."""
     s = services.settings
     _, sender = notify_outbound(services)
     return Dispatcher(
@@ -37,7 +39,7 @@ def build_dispatcher(
         sender=sender,
         metrics=services.metrics,
         clock=services.clock,
-        queue_size=s.notify_queue_size,
+        queue_size=s.notify_queue_size if queue_size is None else queue_size,
         workers=s.notify_workers,
         rate_per_minute=s.notify_rate_per_minute,
         retry_delays=retry_delays,

@@ -27,7 +27,11 @@ from switchboard.settings import Settings
 
 log = get_logger("switchboard.notify")
 
-READ_LIMIT = 8 * 1024 * 1024  # one batch of 256 transitions is far below this
+# The longest line it reads (a line of transitions is about 64 KiB at most: switchboard.notify.wire). The
+# stream stops reading the pipe once it holds twice this, so what the server wrote and this process has
+# not handled waits in the server, under its pipe allowance, not here: at 8 MiB, this process read up to
+# 16 MiB of transitions ahead of its dispatcher whenever it fell behind.
+READ_LIMIT = 1024 * 1024
 METRICS_INTERVAL = 0.5
 NICENESS = 10  # added to the server's: under contention the server gets about 9 parts in 10 of a core
 # SQLite pages kept per connection. The worker reads hooks and appends health and delivery-log rows; at
@@ -64,6 +68,8 @@ async def run(
         hooks,
         retry_delays=[float(d) for d in hello["retry_delays"]],
         drain_timeout=float(hello.get("drain_timeout", 5.0)),
+        # this child's share of the instance's queue bound (switchboard.notify.process.queue_shares)
+        queue_size=int(hello.get("queue_size", settings.notify_queue_size)),
     )
     deltas = MetricDeltas(services.metrics)
 
