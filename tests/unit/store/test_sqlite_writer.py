@@ -287,3 +287,46 @@ async def test_an_in_memory_database_has_no_writer_thread() -> None:
         assert db.sqlite_writer() is None
     finally:
         await db.dispose()
+
+
+async def test_the_writer_and_the_loop_side_path_take_turns_without_deadlock(
+    database: Database, hub: TransitionHub, clock: ManualClock
+) -> None:
+    """Half the todos are A2A tasks (claimed and acked on the loop, under the asyncio writer lock, with
+    the in-transaction handler), half plain (the writer thread), all on one endpoint and one file, while
+    a loop-side ``Database.begin()`` transaction writes too: every todo is claimed once and done, within
+    a bound (each side waits for the other only in SQLite's busy handler)."""
+    (ep,) = await _endpoints(database, clock, 1)
+    store = TodoStore(database, hub, clock)
+    tasks_ = (await store.create(_todos(ep, 30, source=A2A_SOURCE))).created
+    plain = (await store.create(_todos(ep, 30))).created
+    handled: list[str] = []
+
+    async def handler(_conn: AsyncConnection, transitions: Any) -> None:
+        handled.extend(t.todo_id for t in transitions if may_be_task(t))
+
+    hub.add_in_transaction(handler, wants=may_be_task)
+    claimed: list[str] = []
+
+    async def consumer() -> None:
+        while (row := await store.claim_next(ep, ["inbox"], 60)) is not None:
+            claimed.append(row.id)
+            assert await store.ack(ep, row.id, None) is not None
+
+    async def other_writer() -> None:
+        for i in range(20):
+            async with database.begin() as conn:
+                await conn.execute(
+                    text(
+                        "INSERT INTO humans (id, email, password_hash, created_at) VALUES (:id, :e, 'x', 1)"
+                    ),
+                    {"id": f"h_other_{i}", "e": f"other{i}@example.test"},
+                )
+                await asyncio.sleep(0.001)  # holds the write lock across loop turns, as ingest does
+
+    await asyncio.wait_for(asyncio.gather(other_writer(), *(consumer() for _ in range(16))), 60)
+    assert sorted(claimed) == sorted(tasks_ + plain)
+    assert sorted(handled) == sorted(tasks_ * 2)  # each task's claim and ack, in their transactions
+    # Both paths ran: the plain moves (and the empty last claims) on the writer, unless a declined
+    # claim's retry on the loop picked a plain todo after another claimer took the task first.
+    assert len(plain) <= _writer(database).works <= 2 * len(plain) + 16
