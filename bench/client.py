@@ -12,9 +12,11 @@ Jobs (sent over a ``multiprocessing`` pipe as ``(kind, spec)``; the reply is ``(
   task, ``send_notification(task_id, Task)`` called by ``concurrency`` concurrent tasks.
 * ``httpx``: a bare ``httpx.AsyncClient`` POST loop (no validation, signing or health writes), same
   concurrency and body size: the ceiling on this machine.
-* ``mcp_claim``: consumers doing ``claim_next`` then ``ack`` over MCP streamable HTTP (JSON-RPC on
-  httpx, the same wire as the SDK client) until their queues are empty or time runs out; with
-  ``batch: N``, ``claim_many`` (up to N todos per call) then one ``ack_many`` of everything claimed.
+* ``mcp_claim``: consumers doing ``claim_next`` then ``ack`` over MCP streamable HTTP until their queues
+  are empty or time runs out; with ``batch: N``, ``claim_many`` (up to N todos per call) then one
+  ``ack_many`` of everything claimed. Each consumer is the bench's raw MCP client
+  (:mod:`bench.mcp_wire`, the same wire as the SDK client at a fraction of its CPU), in the 2026-07-28
+  era the SDK client adopts by default, or with ``modern: false`` in the handshake era (a session each).
 * ``mcp_tools``: the tool names a server lists to one endpoint (``tools/list``).
 * ``pgq``: pgqueuer queue managers draining its queue (scenario 4's peer, :mod:`bench.pgq`).
 
@@ -24,6 +26,7 @@ Every job is bounded by a count and a ``max_seconds`` deadline.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
@@ -36,10 +39,12 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
 from bench.common import LOOPBACK
+from bench.mcp_wire import BadAnswer, McpClient
 
 _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*(\d+)", re.I)
 _CLOSE = re.compile(rb"\r\nconnection:[ \t]*close", re.I)
@@ -283,184 +288,244 @@ async def job_httpx(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- MCP consumers ----------------------------------------------------------------------------------
+# On the bench's raw MCP client (bench.mcp_wire), as the floor's load is: each consumer costs the box
+# the server shares as little CPU as the peer's consumers do. ``modern`` (default true) picks the era.
+
+_FAILURES = (BadAnswer, OSError, TimeoutError, ValueError, asyncio.IncompleteReadError)
+AGENT = "switchboard-bench"
 
 
-class _Mcp:
-    """JSON-RPC over MCP streamable HTTP: initialize once, then tools/call. Replies may be SSE."""
+def _port_of(base_url: str) -> int:
+    port = urlsplit(base_url).port
+    if port is None:
+        raise ValueError(f"no port in {base_url!r}")
+    return port
 
-    def __init__(self, base_url: str, token: str) -> None:
-        self.http = httpx.AsyncClient(
-            base_url=base_url,
-            timeout=30,
-            headers={"authorization": f"Bearer {token}", "accept": "application/json, text/event-stream"},
-        )
-        self.session: dict[str, str] = {}
-        self.next_id = 0
 
-    async def _rpc(self, method: str, params: dict[str, Any] | None, notify: bool = False) -> Any:
-        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-        if params is not None:
-            message["params"] = params
-        if not notify:
-            self.next_id += 1
-            message["id"] = self.next_id
-        r = await self.http.post("/mcp", json=message, headers=self.session)
-        if "mcp-session-id" in r.headers and "mcp-session-id" not in self.session:
-            self.session["mcp-session-id"] = r.headers["mcp-session-id"]
-        if notify:
-            return None
-        if r.status_code != 200:
-            raise RuntimeError(f"{method}: HTTP {r.status_code}")
-        text = r.text
-        if r.headers.get("content-type", "").startswith("text/event-stream"):
-            data = [line[5:].strip() for line in text.splitlines() if line.startswith("data:")]
-            text = data[-1] if data else "{}"
-        reply = json.loads(text)
-        if "error" in reply:
-            raise RuntimeError(f"{method}: {reply['error']}")
-        return reply["result"]
+def _failure(exc: BaseException) -> str:
+    return (str(exc) or type(exc).__name__)[:80]
 
-    async def start(self) -> None:
-        result = await self._rpc(
-            "initialize",
-            {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "bench", "version": "0"},
-            },
-        )
-        self.session["mcp-protocol-version"] = result.get("protocolVersion", "2025-06-18")
-        await self._rpc("notifications/initialized", None, notify=True)
 
-    async def tool(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
-        result = await self._rpc("tools/call", {"name": name, "arguments": args})
-        data = result.get("structuredContent") or {}
-        if result.get("isError"):  # the error object is in _meta (docs/mcp.md), not structuredContent
-            error = (result.get("_meta") or {}).get("switchboard/error") or {}
-            raise RuntimeError(f"{name}: {error.get('code', error)}")
-        return dict(data)
+def _todo(todo: Any, tool: str, status: str) -> dict[str, Any]:
+    """A todo from a verb's structuredContent, checked: an id and the status the verb leaves it in."""
+    if not isinstance(todo, dict) or not isinstance(todo.get("id"), str) or todo.get("status") != status:
+        raise BadAnswer(f"{tool}: not a {status} todo: {str(todo)[:120]}")
+    return todo
 
-    async def close(self) -> None:
-        await self.http.aclose()
 
-    async def tool_names(self) -> list[str]:
-        result = await self._rpc("tools/list", {})
-        return [t["name"] for t in result.get("tools", [])]
+def _todo_id(outcome: Any) -> Any:
+    return outcome.get("todo_id") if isinstance(outcome, dict) else None
+
+
+class _Consumers:
+    """What both claim loops share: one client per agent, in one era, the error count, the deadline,
+    and recovery from a broken connection."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        modern = bool(spec.get("modern", True))
+        self.clients = [
+            McpClient(_port_of(a["base_url"]), a["token"], modern=modern, name=AGENT) for a in spec["agents"]
+        ]
+        self.deadline = time.monotonic() + spec.get("max_seconds", 60.0)
+        self.errors: Counter[str] = Counter()
+
+    async def failed(self, client: McpClient, exc: BaseException) -> bool:
+        """Count ``exc``; whether the consumer can go on (its connection intact, or open again)."""
+        self.errors[_failure(exc)] += 1
+        if not client.broken:
+            return True
+        try:
+            await client.restart()
+        except _FAILURES as again:
+            self.errors[f"reconnect: {_failure(again)}"] += 1
+            return False
+        return True
+
+    async def run(self, consume: Callable[[int, McpClient], Awaitable[None]]) -> dict[str, Any]:
+        """Start every client, run ``consume`` on each until it returns, stop them: the elapsed time,
+        the era and the errors."""
+        try:
+            await asyncio.gather(*(c.start() for c in self.clients))
+            started = time.monotonic()
+            await asyncio.gather(*(consume(i, c) for i, c in enumerate(self.clients)))
+            elapsed = time.monotonic() - started
+        finally:
+            await asyncio.gather(*(c.stop() for c in self.clients))
+        era = self.clients[0].version if self.clients else ""
+        return {"elapsed": elapsed, "era": era, "errors": dict(self.errors)}
 
 
 async def job_mcp_tools(spec: dict[str, Any]) -> dict[str, Any]:
-    client = _Mcp(spec["base_url"], spec["token"])
+    client = McpClient(_port_of(spec["base_url"]), spec["token"], modern=spec.get("modern", True), name=AGENT)
     try:
         await client.start()
         return {"tools": await client.tool_names()}
     finally:
-        await client.close()
+        await client.stop()
 
 
 async def job_mcp_claim(spec: dict[str, Any]) -> dict[str, Any]:
+    """``claim_next`` then ``ack`` until the queues are empty (or ``max_per_agent`` each, or time is up);
+    with ``batch``, :func:`_mcp_claim_batch`; with ``combined``, :func:`_mcp_claim_combined`. A todo
+    counts once its ``ack`` answers it ``done``."""
     if spec.get("batch"):
         return await _mcp_claim_batch(spec)
-    deadline = time.monotonic() + spec.get("max_seconds", 60.0)
+    if spec.get("combined"):
+        return await _mcp_claim_combined(spec)
+    run = _Consumers(spec)
     claimed: list[str] = []
     claim_lat: list[float] = []
     ack_lat: list[float] = []
-    errors: Counter[str] = Counter()
-    clients = [_Mcp(a["base_url"], a["token"]) for a in spec["agents"]]
-    await asyncio.gather(*(c.start() for c in clients))
-    per_agent: list[int] = [0] * len(clients)
+    per_agent: list[int] = [0] * len(run.clients)
     limit = spec.get("max_per_agent", 10**9)
 
-    async def consume(index: int, client: _Mcp) -> None:
-        while time.monotonic() < deadline and per_agent[index] < limit:
+    async def consume(index: int, client: McpClient) -> None:
+        while time.monotonic() < run.deadline and per_agent[index] < limit:
             t0 = time.monotonic()
             try:
-                got = await client.tool("claim_next", {})
-            except (RuntimeError, httpx.HTTPError) as exc:
-                errors[(str(exc) or type(exc).__name__)[:80]] += 1
-                continue
+                got = await client.call("claim_next")
+                if "todo" not in got:
+                    raise BadAnswer("claim_next: no todo key in structuredContent")
+                todo = None if got["todo"] is None else _todo(got["todo"], "claim_next", "claimed")
+            except _FAILURES as exc:
+                if await run.failed(client, exc):
+                    continue
+                return
             t1 = time.monotonic()
-            todo = got.get("todo")
             if todo is None:
                 return
             claim_lat.append(t1 - t0)
-            claimed.append(todo["id"])
+            todo_id = todo["id"]
+            claimed.append(todo_id)
             try:
-                await client.tool("ack", {"todo_id": todo["id"], "result": {"ok": True}})
-            except (RuntimeError, httpx.HTTPError) as exc:
-                errors[(str(exc) or type(exc).__name__)[:80]] += 1
-                continue
+                args = json.dumps({"todo_id": todo_id, "result": {"ok": True}}).encode()
+                if _todo((await client.call("ack", args)).get("todo"), "ack", "done")["id"] != todo_id:
+                    raise BadAnswer("ack: answered another todo")
+            except _FAILURES as exc:
+                if await run.failed(client, exc):
+                    continue
+                return
             ack_lat.append(time.monotonic() - t1)
             per_agent[index] += 1
 
-    started = time.monotonic()
-    await asyncio.gather(*(consume(i, c) for i, c in enumerate(clients)))
-    elapsed = time.monotonic() - started
-    await asyncio.gather(*(c.close() for c in clients))
+    summary = await run.run(consume)
     return {
         "claimed": claimed,
         "claim_latency": claim_lat,
         "ack_latency": ack_lat,
-        "errors": dict(errors),
-        "elapsed": elapsed,
         "per_agent": per_agent,
+        **summary,
     }
+
+
+async def _mcp_claim_combined(spec: dict[str, Any]) -> dict[str, Any]:
+    """One call per todo: ``claim_next`` with ``ack`` of the todo the consumer holds (docs/mcp.md), the
+    first call without one. A todo counts as completed when a later call's ``acked`` reports it ``ok``;
+    the last todo held is acked by the call that finds the queue empty."""
+    run = _Consumers(spec)
+    claimed: list[str] = []
+    acked: list[str] = []
+    claim_lat: list[float] = []
+
+    async def consume(index: int, client: McpClient) -> None:
+        held: str | None = None
+        while True:
+            t0 = time.monotonic()
+            args = (
+                b"{}"
+                if held is None
+                else json.dumps({"ack": {"todo_id": held, "result": {"ok": True}}}).encode()
+            )
+            try:
+                got = await client.call("claim_next", args)
+                if "todo" not in got:
+                    raise BadAnswer("claim_next: no todo key in structuredContent")
+                if held is not None and got.get("acked") != {"todo_id": held, "ok": True}:
+                    raise BadAnswer(
+                        f"claim_next: the ack of {held} was answered {str(got.get('acked'))[:80]}"
+                    )
+                todo = None if got["todo"] is None else _todo(got["todo"], "claim_next", "claimed")
+            except _FAILURES as exc:
+                held = None  # not counted as completed; its lease runs out
+                if await run.failed(client, exc):
+                    continue
+                return
+            if held is not None:
+                acked.append(held)
+                held = None
+            if todo is None:
+                return
+            claim_lat.append(time.monotonic() - t0)
+            claimed.append(todo["id"])
+            if time.monotonic() >= run.deadline:  # out of time: finish this one alone, claim no more
+                finish = json.dumps({"todo_id": todo["id"], "result": {"ok": True}}).encode()
+                with contextlib.suppress(*_FAILURES):
+                    if (
+                        _todo((await client.call("ack", finish)).get("todo"), "ack", "done")["id"]
+                        == todo["id"]
+                    ):
+                        acked.append(todo["id"])
+                return
+            held = todo["id"]
+
+    summary = await run.run(consume)
+    return {"claimed": claimed, "acked": acked, "claim_latency": claim_lat, "ack_latency": [], **summary}
 
 
 async def _mcp_claim_batch(spec: dict[str, Any]) -> dict[str, Any]:
     """``claim_many`` (at most ``batch`` todos per call) then one ``ack_many`` of all of them, until a
     claim comes back empty. A todo counts as completed when ``ack_many`` reports it ``ok``."""
-    deadline = time.monotonic() + spec.get("max_seconds", 60.0)
     batch = int(spec["batch"])
+    run = _Consumers(spec)
     claimed: list[str] = []
     acked: list[str] = []
     claim_lat: list[float] = []
     ack_lat: list[float] = []
     sizes: Counter[int] = Counter()
-    errors: Counter[str] = Counter()
-    clients = [_Mcp(a["base_url"], a["token"]) for a in spec["agents"]]
-    await asyncio.gather(*(c.start() for c in clients))
+    args = json.dumps({"max_todos": batch}).encode()
 
-    async def consume(client: _Mcp) -> None:
-        while time.monotonic() < deadline:
+    async def consume(index: int, client: McpClient) -> None:
+        while time.monotonic() < run.deadline:
             t0 = time.monotonic()
             try:
-                got = await client.tool("claim_many", {"max_todos": batch})
-            except (RuntimeError, httpx.HTTPError) as exc:
-                errors[(str(exc) or type(exc).__name__)[:80]] += 1
-                continue
+                todos = (await client.call("claim_many", args)).get("todos")
+                if not isinstance(todos, list) or len(todos) > batch:
+                    raise BadAnswer(f"claim_many: todos is not a list of at most {batch}")
+                ids = [_todo(t, "claim_many", "claimed")["id"] for t in todos]
+            except _FAILURES as exc:
+                if await run.failed(client, exc):
+                    continue
+                return
             t1 = time.monotonic()
-            todos = got.get("todos") or []
-            if not todos:
+            if not ids:
                 return
             claim_lat.append(t1 - t0)
-            sizes[len(todos)] += 1
-            ids = [t["id"] for t in todos]
+            sizes[len(ids)] += 1
             claimed.extend(ids)
             acks = [{"todo_id": i, "result": {"ok": True}} for i in ids]
             try:
-                answer = await client.tool("ack_many", {"acks": acks})
-            except (RuntimeError, httpx.HTTPError) as exc:
-                errors[(str(exc) or type(exc).__name__)[:80]] += 1
-                continue
+                results = (await client.call("ack_many", json.dumps({"acks": acks}).encode())).get("results")
+                if not isinstance(results, list) or [_todo_id(r) for r in results] != ids:
+                    raise BadAnswer("ack_many: results do not answer the acks in order")
+            except _FAILURES as exc:
+                if await run.failed(client, exc):
+                    continue
+                return
             ack_lat.append(time.monotonic() - t1)
-            for r in answer.get("results") or []:
-                if r.get("ok"):
+            for r in results:
+                if r.get("ok") is True:
                     acked.append(r["todo_id"])
                 else:
-                    errors[f"ack_many: {r.get('error', r)}"[:80]] += 1
+                    run.errors[f"ack_many: {r.get('error', r)}"[:80]] += 1
 
-    started = time.monotonic()
-    await asyncio.gather(*(consume(c) for c in clients))
-    elapsed = time.monotonic() - started
-    await asyncio.gather(*(c.close() for c in clients))
+    summary = await run.run(consume)
     return {
         "claimed": claimed,
         "acked": acked,
         "claim_latency": claim_lat,
         "ack_latency": ack_lat,
         "batch_sizes": dict(sizes),
-        "errors": dict(errors),
-        "elapsed": elapsed,
+        **summary,
     }
 
 

@@ -87,6 +87,8 @@ class ServerProc:
             deadline = asyncio.get_running_loop().time() + timeout
             while not any(e.get("event") == "notify worker ready" for e in self.log_lines()):
                 if asyncio.get_running_loop().time() > deadline:
+                    self.kill()  # not left running (with its workers) once this run has given up on it
+                    await self.stop()
                     raise RuntimeError(f"{self.name}: the notify worker did not start (log: {self.log_path})")
                 await asyncio.sleep(0.1)
 

@@ -201,20 +201,27 @@ def _s4_targets(s4: dict[str, Any]) -> list[tuple[str, str, str]]:
                 _target(w >= 800),
             )
         )
+    # The targets take the default era's figures (what the SDK client speaks); the handshake era's
+    # are listed beside them as information.
+    era = f", MCP {s4['era']}" if "era" in s4 else ""
     lite = s4.get("sqlite", {})
     if "todos_per_second" in lite:
         rate, p99 = lite["todos_per_second"], lite["claim_latency"]["p99"]
         rows.append(
-            ("claim_next+ack, SQLite, 1 instance: >= 300 todos/s", f"{rate:,.0f}/s", _target(rate >= 300))
+            (
+                "claim_next+ack, SQLite, 1 instance: >= 300 todos/s",
+                f"{rate:,.0f}/s{era}",
+                _target(rate >= 300),
+            )
         )
-        rows.append(("claim p99 < 50 ms (SQLite)", f"{p99:,.1f} ms", _target(p99 < 50)))
+        rows.append(("claim p99 < 50 ms (SQLite)", f"{p99:,.1f} ms{era}", _target(p99 < 50)))
     pg = s4.get("postgres", {})
     if "todos_per_second" in pg:
         rate, p99 = pg["todos_per_second"], pg["claim_latency"]["p99"]
         rows.append(
             (
                 "claim_next+ack, PostgreSQL, 2 instances: >= 500 todos/s",
-                f"{rate:,.0f}/s",
+                f"{rate:,.0f}/s{era}",
                 _target(rate >= 500),
             )
         )
@@ -228,7 +235,9 @@ def _s4_targets(s4: dict[str, Any]) -> list[tuple[str, str, str]]:
                     _target(ratios["one"] >= 0.35),
                 )
             )
-        rows.append(("claim p99 < 50 ms (PostgreSQL, one per call)", f"{p99:,.1f} ms", _target(p99 < 50)))
+        rows.append(
+            ("claim p99 < 50 ms (PostgreSQL, one per call)", f"{p99:,.1f} ms{era}", _target(p99 < 50))
+        )
         batch = pg.get("variants", {}).get("batch", {})
         if "todos_per_second" in batch:
             b_rate = batch["todos_per_second"]
@@ -245,9 +254,39 @@ def _s4_targets(s4: dict[str, Any]) -> list[tuple[str, str, str]]:
             rows.append(
                 ("claim_many+ack_many, 2 instances: >= 2,000 todos/s", batch.get("skipped", "n/a"), "n/a")
             )
+    legacy = [
+        (f"claim_next+ack, SQLite, 1 instance, MCP {x.get('era', '')} (information)", x, "")
+        for x in [lite.get("variants", {}).get("one_legacy", {})]
+    ] + [
+        (f"claim_next+ack, PostgreSQL, 2 instances, MCP {x.get('era', '')} (information)", x, "one_legacy")
+        for x in [pg.get("variants", {}).get("one_legacy", {})]
+    ]
+    legacy += [
+        (
+            "claim_next with ack (one todo per call, the ack riding on the next claim), PostgreSQL, "
+            "2 instances (information)",
+            x,
+            "combined",
+        )
+        for x in [pg.get("variants", {}).get("combined", {})]
+    ]
+    for label, x, ratio in legacy:
+        if "todos_per_second" in x:
+            peer = pg.get("ratios", {}).get(ratio)
+            rows.append(
+                (
+                    label,
+                    f"{x['todos_per_second']:,.0f}/s, claim p99 {x['claim_latency']['p99']:,.1f} ms"
+                    + (f", {peer:.2f}x pgqueuer" if peer is not None else ""),
+                    "info",
+                )
+            )
     for label, r in (
         ("sqlite", lite),
+        ("sqlite, handshake era", lite.get("variants", {}).get("one_legacy", {})),
         ("postgres, one per call", pg),
+        ("postgres, one per call, handshake era", pg.get("variants", {}).get("one_legacy", {})),
+        ("postgres, claim_next with ack", pg.get("variants", {}).get("combined", {})),
         ("postgres, batches", pg.get("variants", {}).get("batch", {})),
     ):
         if "double_claims" in r:
@@ -326,6 +365,7 @@ def final_table(meta: dict[str, Any], results: dict[str, Any]) -> str:
                 lines.append(
                     f"4. claim_next+ack on {db} ({r['instances']} instance(s), {r['agents']} consumers): "
                     f"{r['todos_per_second']:,.0f} todos/s, double claims {r['double_claims']}"
+                    + (f"; MCP {r['era']} (the SDK client's default)" if r.get("era") else "")
                 )
                 lines += _s4_lines(s4, r)
             elif r:
@@ -352,6 +392,21 @@ def _s4_lines(s4: dict[str, Any], r: dict[str, Any]) -> list[str]:
     the batch variant, each with Switchboard's ratio."""
     lines = [f"   claim p50 {r['claim_latency']['p50']:.1f} ms, p99 {r['claim_latency']['p99']:.1f} ms"]
     variants, ratios = r.get("variants", {}), r.get("ratios", {})
+    legacy = variants.get("one_legacy", {})
+    if "todos_per_second" in legacy:
+        lines.append(
+            f"   the same in the handshake era, MCP {legacy['era']} (information): "
+            f"{legacy['todos_per_second']:,.0f} todos/s, claim p99 {legacy['claim_latency']['p99']:.1f} ms, "
+            f"double claims {legacy['double_claims']}"
+            + (f"; Switchboard / pgqueuer {ratios['one_legacy']:.2f}x" if "one_legacy" in ratios else "")
+        )
+    combined = variants.get("combined", {})
+    if "todos_per_second" in combined:
+        lines.append(
+            f"   claim_next with ack (one call per todo): {combined['todos_per_second']:,.0f} todos/s, claim p99 "
+            f"{combined['claim_latency']['p99']:.1f} ms, double claims {combined['double_claims']}"
+            + (f"; Switchboard / pgqueuer {ratios['combined']:.2f}x" if "combined" in ratios else "")
+        )
     peer = variants.get("pgqueuer_1", {})
     if "jobs_per_second" in peer:
         lines.append(
@@ -772,14 +827,30 @@ def _rss_by_process(r: dict[str, Any]) -> str:
     return " Per process, after start -> settled: " + "; ".join(parts) + "."
 
 
+def _era_label(label: str, x: dict[str, Any], legacy: bool = False) -> str:
+    """A Switchboard variant's label with the MCP era its consumers spoke, where the run recorded it."""
+    if not x.get("era"):
+        return label
+    return f"{label}, MCP {x['era']}" + (" (handshake era, information)" if legacy else "")
+
+
 def _s4(r: dict[str, Any]) -> list[str]:
     out = [
         "### 4. Claim path",
         "",
         f"{r['endpoints']} endpoints x {len(r['queues'])} queues, {r['agents_per_endpoint']} consumers per endpoint racing "
         f"for the same rows, until their queues are empty (at most 15 s). MCP rate limit raised to "
-        f"{r['mcp_rate_per_minute']:,}/min/endpoint for this scenario. On PostgreSQL, in this order on one "
-        "cluster: Switchboard one todo per call, pgqueuer one job per dequeue, Switchboard in batches, pgqueuer "
+        f"{r['mcp_rate_per_minute']:,}/min/endpoint for this scenario. "
+        + (
+            f"Consumers speak MCP {r['era']} (what the official SDK client adopts by default); the one-todo-per-call "
+            f"variants run again in the {r['legacy_era']} handshake era (a session per consumer), as information. "
+            if "era" in r
+            else ""
+        )
+        + "On PostgreSQL, in this order on one "
+        "cluster: Switchboard one todo per call"
+        + (" (default era, then handshake era)" if "era" in r else "")
+        + ", pgqueuer one job per dequeue, Switchboard in batches, pgqueuer "
         "with its default batch (each pgqueuer figure is the median of its runs).",
         "",
     ]
@@ -787,17 +858,46 @@ def _s4(r: dict[str, Any]) -> list[str]:
     pg = r.get("postgres", {})
     variants = pg.get("variants", {})
     ratios = pg.get("ratios", {})
-    lines: list[tuple[str, dict[str, Any], str]] = [("SQLite, `claim_next` + `ack`", r.get("sqlite", {}), "")]
+    lite = r.get("sqlite", {})
+    lines: list[tuple[str, dict[str, Any], str]] = [
+        (_era_label("SQLite, `claim_next` + `ack`", lite), lite, "")
+    ]
+    if "one_legacy" in lite.get("variants", {}):
+        legacy = lite["variants"]["one_legacy"]
+        lines.append((_era_label("SQLite, `claim_next` + `ack`", legacy, legacy=True), legacy, ""))
     if variants:
         lines += [
             (
-                "PostgreSQL, `claim_next` + `ack`",
+                _era_label("PostgreSQL, `claim_next` + `ack`", variants.get("one", {})),
                 variants.get("one", {}),
                 f"{ratios['one']:.2f}x" if "one" in ratios else "-",
             ),
+        ]
+        if "one_legacy" in variants:
+            lines.append(
+                (
+                    _era_label("PostgreSQL, `claim_next` + `ack`", variants["one_legacy"], legacy=True),
+                    variants["one_legacy"],
+                    f"{ratios['one_legacy']:.2f}x" if "one_legacy" in ratios else "-",
+                )
+            )
+        if "combined" in variants:
+            lines.append(
+                (
+                    _era_label(
+                        "PostgreSQL, `claim_next` with `ack` (one call per todo)", variants["combined"]
+                    ),
+                    variants["combined"],
+                    f"{ratios['combined']:.2f}x" if "combined" in ratios else "-",
+                )
+            )
+        lines += [
             ("PostgreSQL, pgqueuer, batch_size=1", variants.get("pgqueuer_1", {}), "1.00x"),
             (
-                f"PostgreSQL, `claim_many` (up to {r.get('batch', 10)}) + `ack_many`",
+                _era_label(
+                    f"PostgreSQL, `claim_many` (up to {r.get('batch', 10)}) + `ack_many`",
+                    variants.get("batch", {}),
+                ),
                 variants.get("batch", {}),
                 f"{ratios['batch']:.2f}x" if "batch" in ratios else "-",
             ),

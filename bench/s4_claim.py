@@ -6,10 +6,18 @@ deliveries (one delivery makes one todo per endpoint and queue). Then ``AGENTS_P
 per endpoint, racing for the same rows, loop until their queues are empty (at most ``MAX_SECONDS``).
 Throughput is completed todos (claim + ack) per second; latency per verb is measured at the client.
 
+The consumers are the bench's raw MCP client (:mod:`bench.mcp_wire`, as the floor's load: keep-alive
+HTTP/1.1 on asyncio streams, every answer parsed and checked), in two client processes on PostgreSQL,
+so they cost the box the servers share about as little CPU as pgqueuer's consumers do. They speak the
+2026-07-28 era by default (``ERA``: no handshake, no session, each request carrying its envelope), which
+the official SDK client adopts against Switchboard in its default ``mode="auto"``. The one-todo-per-call
+variants run once more in the handshake era (``LEGACY_ERA``: ``initialize``, a session per consumer), on
+endpoints of their own, as information beside the default-era figures the targets use.
+
 On PostgreSQL, in one run on one cluster, in this order:
 
 1. **one todo per call**: ``claim_next`` then ``ack``, the consumers split between two server instances
-   sharing the database;
+   sharing the database; then the same in the handshake era;
 2. **pgqueuer, one job per dequeue** (:mod:`bench.pgq`): the same number of jobs and consumers (queue
    managers, each on its own connection) in two processes, ``batch_size=1``: ``claim_next``'s semantics;
 3. **batches**: ``claim_many`` (up to ``BATCH`` todos per call) then one ``ack_many`` of them, on the same
@@ -67,7 +75,10 @@ BATCH = 10  # claim_many's max_todos, and pgqueuer's default batch_size
 PEER_REPEATS = 3  # pgqueuer's runs are short (a second or two): the median of these is reported
 BATCH_VERBS = ("claim_many", "ack_many")
 
-ESTIMATE = 120.0 + floor.ESTIMATE
+ERA = "2026-07-28"  # what the consumers speak by default: the SDK client's default (mcp_wire.MODERN_VERSION)
+LEGACY_ERA = "2025-11-25"  # the handshake era's latest version, which the SDK client offers in mode="legacy"
+
+ESTIMATE = 160.0 + floor.ESTIMATE
 
 DB_CHECK = (
     "SELECT count(*), "
@@ -138,6 +149,7 @@ def _combine(results: list[dict[str, Any]], db: tuple[Any, ...], loaded: int) ->
     elapsed = max(r["elapsed"] for r in results)
     total, done, reclaimed, still_claimed = (int(x or 0) for x in db)
     out = {
+        "era": results[0].get("era", ""),
         "loaded": loaded,
         "completed": len(completed),
         "elapsed": elapsed,
@@ -164,27 +176,41 @@ def _combine(results: list[dict[str, Any]], db: tuple[Any, ...], loaded: int) ->
 
 
 async def _sqlite(b: Bench, todos: int) -> dict[str, Any]:
-    b.progress.phase("s4 claim: SQLite setup and load", 10)
+    """One instance on SQLite: one todo per call in the default era, then in the handshake era, each on
+    endpoints of its own (loaded through a fan-out source of its own just before it runs)."""
+    b.progress.phase("s4 claim: SQLite setup", 10)
     server = b.server("s4-sqlite", b.settings("s4-sqlite", mcp_rate_per_minute=MCP_RATE_PER_MINUTE))
     world = await build_world(
         server.settings,
-        endpoints=ENDPOINTS,
+        endpoints=2 * ENDPOINTS,  # one set per era
         queues=QUEUES,
         own_sources=False,
-        fanout_groups=[list(range(ENDPOINTS))],
+        fanout_groups=[list(range(ENDPOINTS)), list(range(ENDPOINTS, 2 * ENDPOINTS))],
         owners="one",  # a source routes only to its own human's endpoints
     )
-    info: dict[str, Any] = {"name": "sqlite"}
+    variants: dict[str, Any] = {}
     async with running(server):
-        loaded = await _preload(b, server, world.fanout_sources[0], todos, info)
-        b.progress.phase("s4 claim: SQLite claim_next + ack", MAX_SECONDS)
-        agents = _agents(world.endpoints, [server.base_url], AGENTS_PER_ENDPOINT)[0]
-        meter = CpuMeter({"server": server.pids(), "client": b.client.pid})
-        meter.start()
-        _spy(server.pid, "sqlite")
-        result = await b.client.run("mcp_claim", {"agents": agents, "max_seconds": MAX_SECONDS})
-        cpu = meter.stop()
-    db = sqlite_rows(server.settings["data_dir"], _db_check(world.endpoints))[0]
+        for group, (name, era) in enumerate((("one", ERA), ("one_legacy", LEGACY_ERA))):
+            variants[name] = await _sqlite_variant(b, server, world, group, todos, era)
+    return {**variants["one"], "variants": variants}
+
+
+async def _sqlite_variant(
+    b: Bench, server: ServerProc, world: World, group: int, todos: int, era: str
+) -> dict[str, Any]:
+    endpoints = world.endpoints[group * ENDPOINTS : (group + 1) * ENDPOINTS]
+    info: dict[str, Any] = {"name": f"sqlite, {era}"}
+    b.progress.phase(f"s4 claim: SQLite load for the {era} era", 5)
+    loaded = await _preload(b, server, world.fanout_sources[group], todos, info)
+    b.progress.phase(f"s4 claim: SQLite claim_next + ack, {era} era", MAX_SECONDS)
+    agents = _agents(endpoints, [server.base_url], AGENTS_PER_ENDPOINT)[0]
+    meter = CpuMeter({"server": server.pids(), "client": b.client.pid})
+    meter.start()
+    _spy(server.pid, f"sqlite-{era}")
+    spec = {"agents": agents, "max_seconds": MAX_SECONDS, "modern": era == ERA}
+    result = await b.client.run("mcp_claim", spec)
+    cpu = meter.stop()
+    db = sqlite_rows(server.settings["data_dir"], _db_check(endpoints))[0]
     info.pop("name")
     return {"instances": 1, "agents": len(agents), **_combine([result], db, loaded), "cpu": cpu, **info}
 
@@ -216,10 +242,18 @@ class _Cluster:
 
 
 async def _switchboard(
-    c: _Cluster, world: World, group: int, todos: int, *, batch: int, label: str
+    c: _Cluster,
+    world: World,
+    group: int,
+    todos: int,
+    *,
+    batch: int,
+    label: str,
+    era: str = ERA,
+    combined: bool = False,
 ) -> dict[str, Any]:
     """One Switchboard variant on the two instances: load ``todos`` through fan-out source ``group``
-    (its endpoints are this variant's alone), then drain them."""
+    (its endpoints are this variant's alone), then drain them, the consumers speaking ``era``."""
     b = c.b
     endpoints = world.endpoints[group * ENDPOINTS : (group + 1) * ENDPOINTS]
     info: dict[str, Any] = {"name": f"postgres, {label}"}
@@ -229,8 +263,13 @@ async def _switchboard(
     per_instance = _agents(endpoints, [s.base_url for s in c.servers], AGENTS_PER_ENDPOINT)
     meter = c.meter(server_1=c.servers[0].pid, server_2=c.servers[1].pid)
     meter.start()
-    _spy(c.servers[0].pid, f"pg-{batch}")
-    spec: dict[str, Any] = {"max_seconds": MAX_SECONDS, "batch": batch}
+    _spy(c.servers[0].pid, f"pg-{batch}-{era}")
+    spec: dict[str, Any] = {
+        "max_seconds": MAX_SECONDS,
+        "batch": batch,
+        "modern": era == ERA,
+        "combined": combined,
+    }
     results = await asyncio.gather(
         *(
             client.run("mcp_claim", {**spec, "agents": agents})
@@ -348,10 +387,10 @@ async def _postgres(b: Bench, todos: int) -> dict[str, Any]:
         two = b.server("s4-pg-2", dict(settings))
         world = await build_world(
             one.settings,
-            endpoints=2 * ENDPOINTS,  # one set per Switchboard variant
+            endpoints=4 * ENDPOINTS,  # one set per Switchboard variant
             queues=QUEUES,
             own_sources=False,
-            fanout_groups=[list(range(ENDPOINTS)), list(range(ENDPOINTS, 2 * ENDPOINTS))],
+            fanout_groups=[list(range(g * ENDPOINTS, (g + 1) * ENDPOINTS)) for g in range(4)],
             owners="one",
         )
         await extra.run("warm", {})
@@ -365,7 +404,19 @@ async def _postgres(b: Bench, todos: int) -> dict[str, Any]:
             consumers = ENDPOINTS * AGENTS_PER_ENDPOINT
             # Each step is one variant; a further measurement (a no-op MCP call's floor) is one more step.
             steps: list[tuple[str, Callable[[], Awaitable[dict[str, Any]]]]] = [
-                ("one", lambda: _switchboard(c, world, 0, todos, batch=0, label="claim_next + ack")),
+                ("one", lambda: _switchboard(c, world, 0, todos, batch=0, label=f"claim_next + ack, {ERA}")),
+                (
+                    "one_legacy",
+                    lambda: _switchboard(
+                        c, world, 2, todos, batch=0, label=f"claim_next + ack, {LEGACY_ERA}", era=LEGACY_ERA
+                    ),
+                ),
+                (
+                    "combined",
+                    lambda: _switchboard(
+                        c, world, 3, todos, batch=0, label=f"claim_next with ack, {ERA}", combined=True
+                    ),
+                ),
                 ("pgqueuer_1", lambda: _pgqueuer(c, peer_url, todos, consumers, 1, install=True)),
                 ("batch", lambda: _batch(c, world, todos)),
                 ("pgqueuer_batch", lambda: _pgqueuer(c, peer_url, todos, consumers, BATCH, install=False)),
@@ -390,13 +441,18 @@ async def _batch(c: _Cluster, world: World, todos: int) -> dict[str, Any]:
     missing = [v for v in BATCH_VERBS if v not in offered]
     if missing:
         return {"skipped": f"verb not offered: the server lists no {' or '.join(missing)}"}
-    label = f"claim_many (up to {BATCH}) + ack_many"
+    label = f"claim_many (up to {BATCH}) + ack_many, {ERA}"
     return await _switchboard(c, world, 1, todos, batch=BATCH, label=label)
 
 
 def _ratios(variants: dict[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {}
-    for ours, theirs in (("one", "pgqueuer_1"), ("batch", "pgqueuer_batch")):
+    for ours, theirs in (
+        ("one", "pgqueuer_1"),
+        ("one_legacy", "pgqueuer_1"),
+        ("combined", "pgqueuer_1"),
+        ("batch", "pgqueuer_batch"),
+    ):
         a = variants.get(ours, {}).get("todos_per_second")
         p = variants.get(theirs, {}).get("jobs_per_second")
         if a is not None and p:
@@ -412,6 +468,8 @@ async def run(b: Bench) -> dict[str, Any]:
         "agents_per_endpoint": AGENTS_PER_ENDPOINT,
         "mcp_rate_per_minute": MCP_RATE_PER_MINUTE,
         "batch": BATCH,
+        "era": ERA,
+        "legacy_era": LEGACY_ERA,
         "sqlite": await _sqlite(b, todos),
         "postgres": await _postgres(b, todos),
         "floor": await _floor(b),

@@ -27,6 +27,13 @@ from switchboard.services import Services
 from switchboard.sessioncap import SessionCap
 from switchboard.store.relay import ClusterRelay
 
+# SQLite pages each of the server's pooled connections keeps (SQLite's default: 2,000 KiB each). A
+# connection's cache is dropped whenever another connection has written since its last transaction,
+# so under ingest it buys little beyond the pages of the statement at hand (a claim or an insert
+# touches a few dozen), while each pooled connection filled its own 2 MiB: about 12 MiB of scenario 3's
+# RSS growth (docs/benchmarks.md, issue 18). The OS page cache still holds the file.
+SERVER_PAGE_CACHE_KIB = 512
+
 if TYPE_CHECKING:
     from switchboard.mcp.tools import ToolRegistrar
 
@@ -62,6 +69,7 @@ def create_app(services: Services, *, components: Sequence[Component] | None = N
         components = default_components(services)
 
     settings = services.settings
+    services.db.cap_page_cache(SERVER_PAGE_CACHE_KIB)
     ingest = Ingest(services)
     sweeper = Sweeper(services.todos, settings.reaper_interval)
     services.parts.add(sweeper)

@@ -63,7 +63,8 @@ class Settings(BaseSettings):
     ca_bundle: Path | None = None
     notify_hook_allow_cidrs: str = ""
     notify_hook_ceiling: int = 5
-    notify_queue_size: int = 10_000
+    # The instance's bound (REQ-7), split between its notify worker processes. 0 would be unbounded.
+    notify_queue_size: int = Field(default=10_000, ge=1)
     notify_workers: int = 32
     notify_rate_per_minute: int = 120
     notify_grace_hours: float = 24.0
@@ -168,10 +169,13 @@ class Settings(BaseSettings):
         return self.notify_process
 
     def notify_worker_processes(self) -> int:
-        """SWITCHBOARD_NOTIFY_PROCESSES, with its default resolved (used only with the worker process)."""
+        """SWITCHBOARD_NOTIFY_PROCESSES, with its default resolved (used only with the worker process).
+        Never more than SWITCHBOARD_NOTIFY_QUEUE_SIZE or SWITCHBOARD_NOTIFY_WORKERS: the instance's queue
+        and its concurrent attempts are split between them."""
+        bound = min(self.notify_queue_size, self.notify_workers)
         if self.notify_processes is not None:
-            return self.notify_processes
-        return max(1, min(os.cpu_count() or 1, MAX_AUTO_NOTIFY_PROCESSES))
+            return min(self.notify_processes, bound)
+        return max(1, min(os.cpu_count() or 1, MAX_AUTO_NOTIFY_PROCESSES, bound))
 
     def allow_cidrs(self) -> tuple[str, ...]:
         """The notify-hook allowlist (SWITCHBOARD_NOTIFY_HOOK_ALLOW_CIDRS)."""

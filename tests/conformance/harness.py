@@ -180,7 +180,9 @@ class Conf:
     def expected_workers(self) -> int:
         if int(self.spec.settings.get("notify_hook_ceiling", 5)) == 0:
             return 0
-        return int(self.spec.settings.get("notify_processes", min(os.cpu_count() or 1, 4)))
+        processes = int(self.spec.settings.get("notify_processes", min(os.cpu_count() or 1, 4)))
+        # never more children than queue slots: the instance's queue is split between them
+        return min(processes, int(self.spec.settings.get("notify_queue_size", 10_000)))
 
     def restart(self, **settings: str | int | float) -> None:
         """Stop gracefully and start again on the same data with ``settings`` changed."""

@@ -114,8 +114,8 @@ async def test_no_minute_of_one_hook_holds_more_than_120_posts(tmp_path: Path) -
 
 
 async def test_under_overflow_the_drop_lines_sum_to_the_dropped_counter(tmp_path: Path) -> None:
-    """A queue of 2 in the hub and in each worker process, one worker each, receivers that take 0.5 s: a
-    burst to three hooks overflows it. Once the burst is over no later drop comes, and every drop must still be logged."""
+    """A queue of 2 in the hub and 2 for the instance (split between its worker processes), one worker
+    each, receivers that take 0.5 s: a burst to three hooks overflows it. Once the burst is over no later drop comes, and every drop must still be logged."""
     async with served(tmp_path, notify_queue_size=2, notify_workers=1) as s:
         receivers = [await s.receiver(answer_after=0.5) for _ in range(3)]
         a = await s.agent()

@@ -21,6 +21,7 @@ from switchboard.obs.logs import get_logger
 from switchboard.ratelimit import WindowLimiter
 from switchboard.services import Services
 from switchboard.store.errors import StoreUnavailable
+from switchboard.store.sources import routes_for
 from switchboard.store.todos import NewTodo
 from switchboard.text import Unstorable, loads_strict
 
@@ -89,11 +90,11 @@ class Ingest:
             self._count("too_large")
             return error(413, "too_large", f"bodies are capped at {self.s.settings.max_body_bytes} bytes")
 
-        found = await self.s.sources.by_slug(slug)
+        found = await self.s.sources.for_delivery(slug)  # the source and all its routes: one read
         if found is None:
             self._count("unknown_source")
             return error(404, "not_found", "no such source")
-        source, secret = found
+        source, secret = found.source, found.secret
 
         wait = self.limiter.take(source.id)
         if wait:
@@ -136,7 +137,7 @@ class Ingest:
             # A captured Gitea/GitHub body stays valid for ever (no timestamp in the scheme): while its
             # todo is live, a resend without the delivery header dedupes on the body (docs/ingest.md).
             did = "sha256:" + hashlib.sha256(body).hexdigest()
-        targets = await self.s.sources.targets(source.id, event.kind)
+        targets = routes_for(found.routes, event.kind)
         if not targets:
             self._count("unrouted")
             log.info("delivery has no route", source=source.slug, kind=event.kind)

@@ -37,10 +37,11 @@ from switchboard.ratelimit import WindowLimiter
 from switchboard.services import TokenLookup
 from switchboard.settings import Settings
 from switchboard.store.accounts import TOKEN_PREFIX, AccountStore, Endpoint, hash_token
-from switchboard.store.changes import SqliteDataVersion
+from switchboard.store.changes import EndpointEpoch
 from switchboard.verbs import required_grant
 
 if TYPE_CHECKING:
+    from switchboard.obs.metrics import Metrics
     from switchboard.services import Services
 
 ENDPOINT_CLAIM = "switchboard_endpoint"
@@ -75,7 +76,7 @@ class _Verified:
     endpoint: Endpoint
     access: EndpointAccess
     generation: tuple[int, int]  # EndpointChanges.generation before the read
-    version: int | None  # SQLite's data_version before the read (None on PostgreSQL)
+    epoch: int | None  # SQLite's endpoint epoch before the read (None on PostgreSQL)
     at: float
 
 
@@ -88,8 +89,10 @@ class EndpointTokenVerifier:
     * it was read less than :data:`VERIFIED_TTL` seconds ago;
     * no write to that endpoint's row committed in this process since (``EndpointChanges``: scope,
       token re-vend or revoke, presence, delete): such a write applies to the very next request;
-    * on SQLite, the database file has not changed at all since (``PRAGMA data_version``), so a write
-      by another process (the CLI) applies to the very next request too.
+    * on SQLite, no endpoint row of the file has changed since (``EndpointEpoch``: a counter that
+      triggers on ``endpoints`` move in the writer's transaction), so a write by another process (the
+      CLI) applies to the very next request too, while writes to other tables (claims, acks, ingest)
+      leave the entry trusted.
 
     So on SQLite nothing is ever answered from a row that differs from the database; on PostgreSQL a
     change made through another instance is announced at its commit (``store.changes.announce``) and
@@ -107,12 +110,16 @@ class EndpointTokenVerifier:
         sqlite_path: Path | None = None,
         ttl: float = VERIFIED_TTL,
         now: Callable[[], float] = time.monotonic,
+        metrics: Metrics | None = None,
     ) -> None:
         self._accounts = accounts
         self._lookups = list(lookups)
         self._changes = accounts.changes
-        self._version = SqliteDataVersion(sqlite_path) if sqlite_path is not None else None
+        self._epoch = EndpointEpoch(sqlite_path) if sqlite_path is not None else None
         self._ttl, self._now = ttl, now
+        counter = metrics.credential_cache if metrics is not None else None
+        self._hits = counter.labels(result="hit") if counter is not None else None
+        self._misses = counter.labels(result="miss") if counter is not None else None
         # token hash -> what it was verified as; least recently verified first.
         self._verified: OrderedDict[str, _Verified] = OrderedDict()
 
@@ -124,9 +131,13 @@ class EndpointTokenVerifier:
             key = hash_token(token)
             hit = self._fresh(key)
             if hit is not None:
+                if self._hits is not None:
+                    self._hits.inc()
                 return hit.access
+            if self._misses is not None:
+                self._misses.inc()
             # Stamp before reading: a change that commits meanwhile makes the entry stale, not wrong.
-            version = self._version.current() if self._version is not None else None
+            epoch = self._epoch.current() if self._epoch is not None else None
             changes = self._changes.total
             endpoint = await self._accounts.endpoint_by_token(token)
             if endpoint is not None:
@@ -139,7 +150,7 @@ class EndpointTokenVerifier:
                 )
                 access._endpoint = endpoint
                 if self._changes.total == changes:  # else an endpoint changed while we read: no entry
-                    self._remember(key, endpoint, access, version)
+                    self._remember(key, endpoint, access, epoch)
                 return access
         for lookup in self._lookups:
             found = await lookup(token)
@@ -158,15 +169,15 @@ class EndpointTokenVerifier:
             return None
         if self._now() - hit.at >= self._ttl or self._changes.generation(hit.endpoint.id) != hit.generation:
             return None
-        if self._version is not None and self._version.current() != hit.version:
+        if self._epoch is not None and self._epoch.current() != hit.epoch:
             return None
         return hit
 
-    def _remember(self, key: str, endpoint: Endpoint, access: EndpointAccess, version: int | None) -> None:
-        if self._version is not None and version is None:
-            return  # the file's version could not be read: nothing to vouch for the row later
+    def _remember(self, key: str, endpoint: Endpoint, access: EndpointAccess, epoch: int | None) -> None:
+        if self._epoch is not None and epoch is None:
+            return  # the endpoint epoch could not be read: nothing to vouch for the row later
         generation = self._changes.generation(endpoint.id)
-        self._verified[key] = _Verified(endpoint, access, generation, version, self._now())
+        self._verified[key] = _Verified(endpoint, access, generation, epoch, self._now())
         self._verified.move_to_end(key)
         while len(self._verified) > VERIFIED_KEPT:
             self._verified.popitem(last=False)
@@ -178,7 +189,9 @@ def verifier_for(services: Services) -> EndpointTokenVerifier:
     db = services.db
     path = db.engine.url.database if db.is_sqlite else None
     sqlite_path = Path(path) if path and path != ":memory:" else None
-    return EndpointTokenVerifier(services.accounts, services.token_lookups, sqlite_path=sqlite_path)
+    return EndpointTokenVerifier(
+        services.accounts, services.token_lookups, sqlite_path=sqlite_path, metrics=services.metrics
+    )
 
 
 def endpoint_id_of(access: AccessToken) -> str | None:
@@ -203,6 +216,14 @@ def effective_verbs(access: AccessToken, endpoint: Endpoint) -> tuple[str, ...]:
     granted = (access.claims or {}).get(GRANT_CLAIM)
     allowed = set(granted) if isinstance(granted, list) else set(access.scopes)
     return tuple(v for v in endpoint.verbs if v in allowed)
+
+
+def may_call(endpoint: Endpoint, verb: str) -> bool:
+    """Whether this call's credential may also use ``verb`` (a verb that does another's work too, as
+    ``claim_next`` with ``ack``, checks the other's grant with it)."""
+    access = get_access_token()
+    verbs = effective_verbs(access, endpoint) if access is not None else endpoint.verbs
+    return required_grant(verb) in verbs
 
 
 async def authenticate_bearer(services: Services, token: str) -> Endpoint | None:

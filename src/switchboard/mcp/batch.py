@@ -28,7 +28,7 @@ from switchboard.queue.waiters import MAX_WAIT_SECONDS, ClaimWaiters
 from switchboard.services import Services
 from switchboard.store.accounts import Endpoint
 from switchboard.store.todo_claims import MAX_BATCH
-from switchboard.store.todos import MAX_RESULT_DEPTH
+from switchboard.store.todos import MAX_RESULT_DEPTH, TodoStore
 from switchboard.text import MAX_JSON_DEPTH, Unstorable, admit
 
 MAX_RESULT_BYTES = 64 * 1024
@@ -132,6 +132,50 @@ class AckItem(TypedDict):
     result: NotRequired[Annotated[AnyJson, Field(description="Any JSON value, at most 64 KiB serialized.")]]
 
 
+async def acknowledge(todos: TodoStore, endpoint_id: str, acks: Sequence[AckItem]) -> list[AckOutcome]:
+    """Ack each item (one statement for all of them) and say, per item in order, whether it moved and
+    why not: ``ack_many``'s answer, and ``claim_next``'s ``acked`` when it acks before claiming."""
+    refused: dict[int, AckOutcome] = {}
+    valid: list[tuple[str, Any]] = []
+    for n, item in enumerate(acks):
+        todo_id, result = item["todo_id"], item.get("result")
+        problem = None if looks_like("td", todo_id) else TODO_NOT_FOUND
+        code = "not_found"
+        if problem is None and (problem := result_problem(result)) is not None:
+            code = "invalid_argument"
+        if problem is not None:
+            refused[n] = {"todo_id": todo_id, "ok": False, "error": {"code": code, "message": problem}}
+        else:
+            valid.append((todo_id, result))
+    moved = {row.id for row in await todos.ack_many(endpoint_id, valid)} if valid else set()
+    ids = [item["todo_id"] for item in acks]
+    reported: set[str] = set()
+    unexplained = [t for t, _ in valid if t not in moved or ids.count(t) > 1]
+    states = await todos.states(endpoint_id, unexplained) if unexplained else {}
+    outcomes: list[AckOutcome] = []
+    for n, todo_id in enumerate(ids):
+        if n in refused:
+            outcomes.append(refused[n])
+        elif todo_id in moved and todo_id not in reported:
+            reported.add(todo_id)
+            outcomes.append({"todo_id": todo_id, "ok": True})
+        elif (status := states.get(todo_id)) is None:
+            outcomes.append(
+                {
+                    "todo_id": todo_id,
+                    "ok": False,
+                    "error": {"code": "not_found", "message": TODO_NOT_FOUND},
+                }
+            )
+        else:
+            late = status == "claimed"  # its lease ran out: the reaper may give it to another
+            message = "the todo's lease has run out" if late else f"the todo is {status}, not claimed"
+            outcomes.append(
+                {"todo_id": todo_id, "ok": False, "error": {"code": "conflict", "message": message}}
+            )
+    return outcomes
+
+
 def register_batch_verbs(server: MCPServer[Any], tc: ToolContext, claimer: Claimer) -> None:
     settings = tc.services.settings
     todos = tc.services.todos
@@ -168,45 +212,7 @@ def register_batch_verbs(server: MCPServer[Any], tc: ToolContext, claimer: Claim
         "error": {"code", "message"}} (not_found, conflict, invalid_argument); one item's error never
         fails the others. Needs the ack grant."""
         endpoint = current_endpoint()
-        refused: dict[int, AckOutcome] = {}
-        valid: list[tuple[str, Any]] = []
-        for n, item in enumerate(acks):
-            todo_id, result = item["todo_id"], item.get("result")
-            problem = None if looks_like("td", todo_id) else TODO_NOT_FOUND
-            code = "not_found"
-            if problem is None and (problem := result_problem(result)) is not None:
-                code = "invalid_argument"
-            if problem is not None:
-                refused[n] = {"todo_id": todo_id, "ok": False, "error": {"code": code, "message": problem}}
-            else:
-                valid.append((todo_id, result))
-        moved = {row.id for row in await todos.ack_many(endpoint.id, valid)} if valid else set()
-        ids = [item["todo_id"] for item in acks]
-        reported: set[str] = set()
-        unexplained = [t for t, _ in valid if t not in moved or ids.count(t) > 1]
-        states = await todos.states(endpoint.id, unexplained) if unexplained else {}
-        outcomes: list[AckOutcome] = []
-        for n, todo_id in enumerate(ids):
-            if n in refused:
-                outcomes.append(refused[n])
-            elif todo_id in moved and todo_id not in reported:
-                reported.add(todo_id)
-                outcomes.append({"todo_id": todo_id, "ok": True})
-            elif (status := states.get(todo_id)) is None:
-                outcomes.append(
-                    {
-                        "todo_id": todo_id,
-                        "ok": False,
-                        "error": {"code": "not_found", "message": TODO_NOT_FOUND},
-                    }
-                )
-            else:
-                late = status == "claimed"  # its lease ran out: the reaper may give it to another
-                message = "the todo's lease has run out" if late else f"the todo is {status}, not claimed"
-                outcomes.append(
-                    {"todo_id": todo_id, "ok": False, "error": {"code": "conflict", "message": message}}
-                )
-        return {"results": outcomes}
+        return {"results": await acknowledge(todos, endpoint.id, acks)}
 
     hints = ToolAnnotations(
         read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False

@@ -15,13 +15,16 @@ from mcp_types import ToolAnnotations
 from pydantic import Field
 
 from switchboard.ids import looks_like
+from switchboard.mcp.auth import may_call
 from switchboard.mcp.batch import (
     UNANSWERABLE,
+    AckItem,
     Answer,
     Claimer,
     QueueName,
     Queues,
     WaitSeconds,
+    acknowledge,
     register_batch_verbs,
     result_problem,
 )
@@ -52,16 +55,35 @@ def register_consumer_verbs(server: MCPServer[Any], tc: ToolContext) -> None:
         return VerbError("conflict", f"the todo is {row.status}, not {expected}")
 
     async def claim_next(
-        queues: Queues = None, lease_seconds: Lease = None, wait_seconds: WaitSeconds = 0
+        queues: Queues = None,
+        lease_seconds: Lease = None,
+        wait_seconds: WaitSeconds = 0,
+        ack: Annotated[
+            AckItem | None,
+            Field(
+                description=(
+                    "A todo you hold to mark done first, with its optional result (as ack): one call per "
+                    "todo in a claim loop. Needs the ack grant too."
+                )
+            ),
+        ] = None,
     ) -> MaybeTodoResult:
         """Claim the oldest pending todo on your queues. Returns {"todo": {...}} with its payload, or
         {"todo": null} when nothing is pending (with wait_seconds: when nothing became ready in that
-        time). Errors: invalid_argument (queue outside your scope)."""
+        time). With ack={"todo_id", "result"?}, first finishes that todo as ack would and says how in
+        "acked" ({"todo_id", "ok"} or with "error"); the claim happens whatever the ack's outcome.
+        Errors: invalid_argument (queue outside your scope), forbidden (ack given without the ack grant)."""
         endpoint = current_endpoint()
         wanted = claimer.wanted(endpoint, queues)
         lease = lease_seconds or settings.lease_seconds
+        answer: MaybeTodoResult = {"todo": None}
+        if ack is not None:
+            if not may_call(endpoint, "ack"):
+                raise VerbError("forbidden", "the verb 'ack' is not granted to this endpoint")
+            answer["acked"] = (await acknowledge(todos, endpoint.id, [ack]))[0]
         views = await claimer.claim(endpoint, wanted, lease, 1, wait_seconds)
-        return {"todo": views[0] if views else None}
+        answer["todo"] = views[0] if views else None
+        return answer
 
     async def claim(todo_id: TodoId, lease_seconds: Lease = None) -> TodoResult:
         """Claim one specific pending todo. Errors: not_found, conflict (not pending), forbidden (its

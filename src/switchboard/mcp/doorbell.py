@@ -16,7 +16,9 @@ Two protocol eras, three paths (docs/mcp.md, "Which host uses which path"):
 What rings: a push-eligible transition into pending (``Transition.pushable``) for an endpoint that is
 ``in`` and holds the queue in its scope; a digest when the endpoint comes back ``in`` (decided once by
 the conditional ``presence_seen`` update); a reconnect digest when a legacy session's GET stream opens;
-and the heartbeat, which re-rings while push-eligible todos stay pending. None of these fire hooks.
+and the heartbeat, which re-rings while push-eligible todos stay pending. None of these fire hooks. Ready
+rings are never coalesced: one per todo, in the order the todos became ready, each with its own
+``_meta``; only the endpoint read behind them is shared by a batch of transitions (one statement).
 Sessions are per process, so each instance rings the sessions connected to it; on PostgreSQL a todo
 made ready by another instance reaches this one's hub through the cluster relay (store/relay.py, within
 milliseconds) and rings here too; the heartbeat is the safety net.
@@ -80,6 +82,18 @@ def touched_uris(slug: str, queues: Iterable[str]) -> list[str]:
     return [doorbell_uri(slug), *(queue_uri(slug, q) for q in queues)]
 
 
+def ready_meta(t: Transition) -> dict[str, Any]:
+    """A ready ring's ``_meta["switchboard/doorbell"]`` (docs/mcp.md): the todo, its reason and title."""
+    return {
+        "type": "todo.ready",
+        "reason": t.reason or t.transition,
+        "todo_id": t.todo_id,
+        "queue": t.queue,
+        "kind": t.kind,
+        "title": summary(t.title),
+    }
+
+
 class Doorbell:
     def __init__(self, services: Services, bus: SubscriptionBus) -> None:
         self.services = services
@@ -90,7 +104,7 @@ class Doorbell:
         self._heartbeat: asyncio.Task[None] | None = None
         # remote: other instances' ready todos ring this instance's sessions too (store/relay.py); after
         # the relay's connection came back, one heartbeat catches up on what it missed meanwhile.
-        services.hub.subscribe("doorbell", self.on_transition, remote=True)
+        services.hub.subscribe_batch("doorbell", self.on_transitions, remote=True)
         services.hub.on_remote_gap(self._catch_up)
         services.presence.on_return(self.on_presence_return)
 
@@ -115,26 +129,25 @@ class Doorbell:
 
     # -- triggers -------------------------------------------------------------------------------
 
-    async def on_transition(self, t: Transition) -> None:
-        """Hub subscriber: one ring per push-eligible todo that became ready."""
-        if not t.pushable or t.endpoint_id is None or not self.live(t.endpoint_id):
+    async def on_transitions(self, batch: list[Transition]) -> None:
+        """Hub batch subscriber: one ring per push-eligible todo that became ready, in publish order.
+
+        The endpoints of the batch's live transitions are read with one statement, after all of them
+        committed, so a burst (a fan-out delivery, a create of several todos) costs one read, not one
+        per todo. A ring that raises is logged and counted for its todo alone; the rest still ring."""
+        wanted = [t for t in batch if t.pushable and t.endpoint_id is not None and self.live(t.endpoint_id)]
+        if not wanted:
             return
-        endpoint = await self.services.accounts.endpoint(t.endpoint_id)
-        if endpoint is None or endpoint.effective_presence != "in" or t.queue not in endpoint.queues:
-            return
-        await self.ring(
-            endpoint,
-            "ready",
-            queues=[t.queue],
-            meta={
-                "type": "todo.ready",
-                "reason": t.reason or t.transition,
-                "todo_id": t.todo_id,
-                "queue": t.queue,
-                "kind": t.kind,
-                "title": summary(t.title),
-            },
-        )
+        found = await self.services.accounts.endpoints_by_id(t.endpoint_id for t in wanted if t.endpoint_id)
+        for t in wanted:
+            endpoint = found.get(t.endpoint_id or "")
+            if endpoint is None or endpoint.effective_presence != "in" or t.queue not in endpoint.queues:
+                continue
+            try:
+                await self.ring(endpoint, "ready", queues=[t.queue], meta=ready_meta(t))
+            except Exception:
+                self.services.metrics.hook_subscriber_errors.labels("doorbell", "raised").inc()
+                log.error("doorbell ring failed", todo_id=t.todo_id, endpoint_id=endpoint.id, exc_info=True)
 
     async def on_presence_return(self, event: PresenceReturn) -> None:
         """SPEC-0022: the endpoint is back ``in``; one digest, decided by the presence store."""

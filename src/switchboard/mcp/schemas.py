@@ -58,14 +58,6 @@ class AskResult(TypedDict):
     message_id: str
 
 
-class MaybeTodoResult(TypedDict):
-    todo: Todo | None
-
-
-class TodoBatch(TypedDict):
-    todos: list[Todo]
-
-
 class AckError(TypedDict):
     code: str
     message: str
@@ -75,6 +67,15 @@ class AckOutcome(TypedDict):
     todo_id: str
     ok: bool
     error: NotRequired[AckError]  # present when ok is false
+
+
+class MaybeTodoResult(TypedDict):
+    todo: Todo | None
+    acked: NotRequired[AckOutcome]  # claim_next with ack: what became of the todo it finished first
+
+
+class TodoBatch(TypedDict):
+    todos: list[Todo]
 
 
 class AckManyResult(TypedDict):

@@ -27,8 +27,12 @@ def build_dispatcher(
     *,
     retry_delays: Sequence[float],
     drain_timeout: float = 5.0,
+    queue_size: int | None = None,
+    workers: int | None = None,
 ) -> Dispatcher:
-    """The dispatcher as the server runs it, in this process or in the notify worker process."""
+    """The dispatcher as the server runs it, in this process or in the notify worker process.
+    ``queue_size`` and ``workers``: a worker process's share of the instance's queue bound and of its
+    concurrent attempts (default: all of them)."""
     s = services.settings
     _, sender = notify_outbound(services)
     return Dispatcher(
@@ -37,8 +41,8 @@ def build_dispatcher(
         sender=sender,
         metrics=services.metrics,
         clock=services.clock,
-        queue_size=s.notify_queue_size,
-        workers=s.notify_workers,
+        queue_size=s.notify_queue_size if queue_size is None else queue_size,
+        workers=s.notify_workers if workers is None else workers,
         rate_per_minute=s.notify_rate_per_minute,
         retry_delays=retry_delays,
         drain_timeout=drain_timeout,

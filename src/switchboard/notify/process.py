@@ -8,15 +8,19 @@ switchboard.notify.worker``) run the dispatcher: matching, the bounded queue, at
 Why several (``SWITCHBOARD_NOTIFY_PROCESSES``, one per core by default, at most 4): one child delivers on
 one core at most. Each endpoint's transitions always go to the same child (a hash of its id), so a
 hook's health fold and disable (and, on SQLite, its rate limit) live in one process, as with one child;
-the per-owner in-flight bound and the queue bound apply per child.
+the per-owner in-flight bound applies per child. The queue bound does not: REQ-7's queue is the
+instance's, so ``SWITCHBOARD_NOTIFY_QUEUE_SIZE`` is split between the children (:func:`queue_shares`),
+and so is ``SWITCHBOARD_NOTIFY_WORKERS`` (the instance's concurrent attempts: each holds a connection
+and its buffers, which is what an overflow's memory is made of); there are never more children than
+queue slots or attempts.
 
 The contract of REQ-7 holds across the pipe:
 
-* The hub's subscriber only writes one line per batch to the child's stdin and never waits for it. When
-  the child has not read what was written before (more than ``max_buffer`` bytes wait) or is not
-  running, the batch's transitions are dropped, logged (coalesced by :mod:`switchboard.notify.droplog`,
-  flushed by its timer and at stop) and counted as dropped, exactly like a full hub queue; the todos
-  are unaffected. Each child coalesces and flushes its own drops the same way; its lines reach this
+* The hub's subscriber only writes each batch to the child's stdin (in lines of about 64 KiB, which
+  the child reads one at a time) and never waits for it. When the child has not read what was written
+  before (more than ``max_buffer`` bytes wait) or is not running, the line's transitions are dropped,
+  logged (coalesced by :mod:`switchboard.notify.droplog`, flushed by its timer and at stop) and
+  counted as dropped, exactly like a full hub queue; the todos are unaffected. Each child coalesces and flushes its own drops the same way; its lines reach this
   process's stderr.
 * The child's own queue, workers, retries and health writes are the in-process dispatcher's.
 * The child's counters reach this process's ``/metrics`` (:mod:`switchboard.notify.wire`).
@@ -41,7 +45,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from switchboard.notify.droplog import DropLog
-from switchboard.notify.wire import RELAYED, line, presence_line, transitions_line
+from switchboard.notify.wire import RELAYED, line, presence_line, transitions_lines
 from switchboard.obs.logs import get_logger
 from switchboard.services import Services
 from switchboard.store.presence import PresenceReturn
@@ -62,6 +66,13 @@ class WorkerUnavailable(RuntimeError):
     pass
 
 
+def queue_shares(size: int, children: int) -> list[int]:
+    """Each child's share of the instance's queue bound: they sum to ``size`` exactly, so the instance
+    never holds more queued notifications than the setting says, however many children share them."""
+    base, extra = divmod(size, children)
+    return [base + (1 if index < extra else 0) for index in range(children)]
+
+
 def child_of(endpoint_id: str, children: int) -> int:
     """Which child delivers for an endpoint: stable across batches and restarts of the server."""
     return zlib.crc32(endpoint_id.encode()) % children
@@ -80,6 +91,7 @@ class RemoteDispatcher:
         max_buffer: int = MAX_BUFFER,
         drain_timeout: float = 5.0,
         processes: int = 1,
+        queue_size: int | None = None,
     ) -> None:
         if services.settings.in_memory_database():
             raise ValueError(
@@ -87,6 +99,12 @@ class RemoteDispatcher:
             )
         if processes < 1:
             raise ValueError("processes must be at least 1")
+        queue_size = services.settings.notify_queue_size if queue_size is None else queue_size
+        if queue_size < 1:
+            raise ValueError("queue_size must be at least 1")
+        workers = services.settings.notify_workers
+        # a child with no queue slot could only drop; one with no worker could only queue
+        processes = min(processes, queue_size, workers)
         self.services = services
         self.metrics = services.metrics
         self.command = list(command)
@@ -95,7 +113,12 @@ class RemoteDispatcher:
         self.drain_timeout = drain_timeout
         self.accepting = False
         self.restart_delays: Sequence[float] = RESTART_DELAYS
-        self.workers = [WorkerProcess(self, index) for index in range(processes)]
+        self.workers = [
+            WorkerProcess(self, index, queue_size=share, attempts=attempts)
+            for index, (share, attempts) in enumerate(
+                zip(queue_shares(queue_size, processes), queue_shares(workers, processes), strict=True)
+            )
+        ]
         self._stopping = False
         self._stop_requested = asyncio.Event()
         self._drops = DropLog()
@@ -117,9 +140,10 @@ class RemoteDispatcher:
             if t.pushable and t.endpoint_id is not None:
                 shares.setdefault(child_of(t.endpoint_id, len(self.workers)), []).append(t)
         for index, share in shares.items():
-            if not self.workers[index].send(transitions_line(share)):
-                for t in share:
-                    self._dropped("worker_unavailable", endpoint_id=t.endpoint_id, todo_id=t.todo_id)
+            for data, carried in transitions_lines(share):
+                if not self.workers[index].send(data):
+                    for t in carried:
+                        self._dropped("worker_unavailable", endpoint_id=t.endpoint_id, todo_id=t.todo_id)
 
     async def on_presence_return(self, event: PresenceReturn) -> None:
         if not self.accepting:
@@ -212,9 +236,11 @@ class RemoteDispatcher:
 class WorkerProcess:
     """One child: started, read, restarted when it dies, stopped with the others."""
 
-    def __init__(self, owner: RemoteDispatcher, index: int) -> None:
+    def __init__(self, owner: RemoteDispatcher, index: int, *, queue_size: int, attempts: int) -> None:
         self.owner = owner
         self.index = index
+        self.queue_size = queue_size  # this child's share of the instance's queue bound
+        self.attempts = attempts  # and of its concurrent attempts (SWITCHBOARD_NOTIFY_WORKERS)
         self.proc: asyncio.subprocess.Process | None = None
         self.starts = 0
         self._running = asyncio.Event()
@@ -365,11 +391,19 @@ class WorkerProcess:
                         "settings": settings.model_dump(mode="json"),
                         "retry_delays": owner.retry_delays,
                         "drain_timeout": owner.drain_timeout,
+                        "queue_size": self.queue_size,
+                        "workers": self.attempts,
                     }
                 }
             )
         )
-        log.info("notify worker started", pid=proc.pid, worker=self.index)
+        log.info(
+            "notify worker started",
+            pid=proc.pid,
+            worker=self.index,
+            queue_size=self.queue_size,
+            workers=self.attempts,
+        )
         return proc
 
     async def _read(self, proc: asyncio.subprocess.Process) -> None:

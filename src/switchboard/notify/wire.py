@@ -2,7 +2,8 @@
 process").
 
 One JSON object per line. Server to worker, on the worker's stdin: the first line ``{"hello": ...}``
-carries the settings and the dispatcher's parameters; then ``{"t": [...]}`` is a batch of committed
+carries the settings and the dispatcher's parameters (its queue bound is
+the child's share of the instance's); then ``{"t": [...]}`` is a batch of committed
 transitions, ``{"p": {...}}`` a presence return, ``{"idle": n}`` asks for an answer once everything
 before it is matched and finished, ``{"test": {"seq": n, "hook_id", "endpoint_id", "slug"}}`` asks for
 the endpoint card's test send. Worker to server, on its stdout: ``{"m": [...]}`` metric changes,
@@ -37,8 +38,32 @@ def line(message: dict[str, Any]) -> bytes:
     return json.dumps(message, separators=(",", ":")).encode() + b"\n"
 
 
-def transitions_line(batch: Sequence[Transition]) -> bytes:
-    return line({"t": [[getattr(t, name) for name in _TRANSITION_FIELDS] for t in batch]})
+# A batch is written as lines of about this many bytes at most (one transition may exceed it alone), so
+# the worker's read buffer stays small: it reads a line at a time, and stops reading the pipe once it
+# holds twice its limit (switchboard.notify.worker.READ_LIMIT). Transitions it has not read wait in the
+# server, where the pipe allowance (switchboard.notify.process.MAX_BUFFER) bounds them.
+LINE_BYTES = 64 * 1024
+
+
+def transitions_lines(
+    batch: Sequence[Transition], max_bytes: int = LINE_BYTES
+) -> list[tuple[bytes, list[Transition]]]:
+    """``batch`` as ``{"t": [...]}`` lines, in order, each with the transitions it carries."""
+    out: list[tuple[bytes, list[Transition]]] = []
+    rows: list[bytes] = []
+    carried: list[Transition] = []
+    size = 0
+    for t in batch:
+        row = json.dumps([getattr(t, name) for name in _TRANSITION_FIELDS], separators=(",", ":")).encode()
+        if rows and size + len(row) > max_bytes:
+            out.append((b'{"t":[' + b",".join(rows) + b"]}\n", carried))
+            rows, carried, size = [], [], 0
+        rows.append(row)
+        carried.append(t)
+        size += len(row) + 1
+    if rows:
+        out.append((b'{"t":[' + b",".join(rows) + b"]}\n", carried))
+    return out
 
 
 def transitions_of(rows: Iterable[Sequence[Any]]) -> list[Transition]:

@@ -27,7 +27,11 @@ from switchboard.settings import Settings
 
 log = get_logger("switchboard.notify")
 
-READ_LIMIT = 8 * 1024 * 1024  # one batch of 256 transitions is far below this
+# The longest line it reads (a line of transitions is about 64 KiB at most: switchboard.notify.wire). The
+# stream stops reading the pipe once it holds twice this, so what the server wrote and this process has
+# not handled waits in the server, under its pipe allowance, not here: at 8 MiB, this process read up to
+# 16 MiB of transitions ahead of its dispatcher whenever it fell behind.
+READ_LIMIT = 1024 * 1024
 METRICS_INTERVAL = 0.5
 NICENESS = 10  # added to the server's: under contention the server gets about 9 parts in 10 of a core
 # SQLite pages kept per connection. The worker reads hooks and appends health and delivery-log rows; at
@@ -58,11 +62,15 @@ async def run(
     settings = Settings.model_validate(hello["settings"])
     services = build_services(settings, resolver=resolver, ssl_context=ssl_context)
     services.db.cap_page_cache(PAGE_CACHE_KIB)
+    hooks = hook_store(services)
     dispatcher = build_dispatcher(
         services,
-        hook_store(services),
+        hooks,
         retry_delays=[float(d) for d in hello["retry_delays"]],
         drain_timeout=float(hello.get("drain_timeout", 5.0)),
+        # this child's share of the instance's queue bound (switchboard.notify.process.queue_shares)
+        queue_size=int(hello.get("queue_size", settings.notify_queue_size)),
+        workers=int(hello.get("workers", settings.notify_workers)),  # and of its concurrent attempts
     )
     deltas = MetricDeltas(services.metrics)
 
@@ -100,8 +108,16 @@ async def run(
             result = {"outcome": "failed", "error": "internal_error"}
         send({"tested": request["seq"], "result": result})
 
+    async def prepare() -> None:
+        try:
+            await hooks.prepare()
+        except Exception:  # then each health statement is compiled at its first use
+            log.warning("hook health statements not prepared", stage="store", exc_info=True)
+
     await dispatcher.start()
     relaying = asyncio.create_task(relay_loop(), name="notify-worker-metrics")
+    # At start, not at a flush under load: compiling the health statements takes half a second of CPU.
+    preparing = asyncio.create_task(prepare(), name="notify-worker-prepare")
     log.info("notify worker ready", instance=settings.instance_id)
     try:
         while raw := await reader.readline():
@@ -122,6 +138,7 @@ async def run(
             except Exception:  # REQ-12: one bad batch is logged; the worker carries on
                 log.error("notify worker could not handle a message", stage="match", exc_info=True)
     finally:
+        preparing.cancel()
         relaying.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await relaying

@@ -63,6 +63,13 @@ class Metrics:
             ["verb", "code"],
             registry=r,
         )
+        self.credential_cache = Counter(
+            "switchboard_mcp_credential_cache_total",
+            "Endpoint credentials verified from the instance's cache of verified credentials (hit) or by "
+            "reading the endpoint from the database (miss).",
+            ["result"],
+            registry=r,
+        )
         self.doorbells = Counter(
             "switchboard_doorbell_rings_total", "Channel doorbell rings by kind.", ["kind"], registry=r
         )

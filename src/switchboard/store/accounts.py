@@ -8,13 +8,13 @@ import hashlib
 import json
 import re
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
-from sqlalchemy import Row, Select, delete, func, insert, select, update
+from sqlalchemy import Row, Select, bindparam, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from switchboard.clock import Clock, ms
@@ -29,6 +29,9 @@ SLUG = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
 QUEUE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 EMAIL = re.compile(r"^[^@\s]{1,64}@[^@\s]{1,255}$")
 TOKEN_PREFIX = "sbt_"
+
+# Built once: the endpoints of a batch (``AccountStore.endpoints_by_id``), one expanding IN.
+_BY_IDS = select(endpoints).where(endpoints.c.id.in_(bindparam("p_endpoint_ids", expanding=True)))
 
 _hasher = PasswordHasher()
 # A valid hash to verify against when the email is unknown, so timing does not reveal which part was wrong.
@@ -229,6 +232,15 @@ class AccountStore:
     async def endpoint(self, endpoint_id: str) -> Endpoint | None:
         rows = await self.db.fetch(select(endpoints).where(endpoints.c.id == endpoint_id))
         return Endpoint.from_row(rows[0]) if rows else None
+
+    async def endpoints_by_id(self, endpoint_ids: Iterable[str]) -> dict[str, Endpoint]:
+        """Several endpoints with one statement, keyed by id; an id with no endpoint is absent. For a
+        caller that handles a batch of transitions (the doorbell) and needs each endpoint once."""
+        ids = sorted(set(endpoint_ids))
+        if not ids:
+            return {}
+        rows = await self.db.fetch(_BY_IDS, {"p_endpoint_ids": ids})
+        return {row.id: Endpoint.from_row(row) for row in rows}
 
     async def endpoint_by_slug(self, slug: str) -> Endpoint | None:
         async with self.db.read() as conn:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import asyncpg
 from sqlalchemy import Row, event, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
@@ -194,6 +195,37 @@ class Database:
                 return None
             self._group_writer = SqliteWriter(Path(db_path))
         return self._group_writer
+
+    @asynccontextmanager
+    async def pg_transaction(self) -> AsyncIterator[tuple[AsyncConnection, Any]]:
+        """PostgreSQL only: a transaction opened on the driver connection itself, for the claim path.
+
+        Yields the SQLAlchemy connection (in autocommit, so in-transaction handlers' statements join
+        the driver's transaction) and the asyncpg connection (``fetch`` with positional parameters: no
+        SQLAlchemy statement machinery per call). BEGIN and COMMIT are asyncpg's own; anything raised
+        inside rolls back. Errors come out as store errors, as from :meth:`begin`."""
+        assert not self.is_sqlite
+        try:
+            async with self._plain.connect() as conn:
+                raw = await conn.get_raw_connection()
+                driver: Any = raw.driver_connection  # asyncpg.Connection
+                async with driver.transaction():
+                    yield conn, driver
+        except (IntegrityError, asyncpg.IntegrityConstraintViolationError) as exc:
+            raise Conflict(_short(exc)) from exc
+        except (
+            OperationalError,
+            InterfaceError,
+            OSError,
+            ConnectionError,
+            asyncpg.PostgresConnectionError,
+            asyncpg.InterfaceError,
+        ) as exc:
+            raise StoreUnavailable("database unavailable") from exc
+        except DBAPIError as exc:
+            if exc.connection_invalidated:
+                raise StoreUnavailable("database unavailable") from exc
+            raise
 
     def _compiled_sql(self, statement: UpdateBase) -> _Compiled:
         """SQL text, parameter order and the values of the statement's own literals (its defaults)."""

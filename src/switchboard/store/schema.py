@@ -9,6 +9,7 @@ from __future__ import annotations
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    CheckConstraint,
     Column,
     ForeignKey,
     Index,
@@ -64,6 +65,18 @@ endpoints = Table(
     Column("presence_seen", String(3), nullable=False, server_default="in"),
     Column("created_at", BigInteger, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
+)
+
+# One row whose ``n`` moves with every write to ``endpoints``, in the writer's transaction: SQLite
+# triggers (migration 0013) bump it, so the credential cache (``store.changes.EndpointEpoch``) knows a
+# cached endpoint row is current without reading it, whatever else commits to the file. Not written by
+# the application, and unused on PostgreSQL (the cluster relay's notifications do that job there).
+endpoint_epoch = Table(
+    "endpoint_epoch",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("n", BigInteger, nullable=False),
+    CheckConstraint("id = 1", name="ck_endpoint_epoch_one_row"),
 )
 
 sources = Table(

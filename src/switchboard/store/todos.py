@@ -100,12 +100,16 @@ class TodoStore(TodoClaims, TodoMoves, TodoReads):
         JSON raises :class:`switchboard.text.Unstorable` before anything is written, whichever face
         sent it. ``in_transaction`` is given the created todos in the same transaction, before the
         hub's in-transaction stage: for rows that must commit with them (an A2A task row)."""
+        # A fan-out delivery hands every todo the same payload object: it is checked and encoded once.
+        encoded: dict[int, str] = {}
         for item in items:
-            admit(item.payload)
+            if id(item.payload) not in encoded:
+                admit(item.payload)
+                encoded[id(item.payload)] = _encode_payload(item.payload)
         now = self.clock.now()
         created: list[Transition] = []
         dedup = 0
-        rows = [_insert_values(item, ms(now)) for item in items]
+        rows = [_insert_values(item, ms(now), encoded[id(item.payload)]) for item in items]
         async with self.db.begin() as conn:
             # One statement for the whole delivery (SQLAlchemy sends the rows as one multi-row INSERT);
             # RETURNING names the rows that went in. A row without a dedup key never conflicts.
@@ -298,7 +302,12 @@ _INSERT_IGNORE_PG = (
 )
 
 
-def _insert_values(item: NewTodo, now_ms: int) -> dict[str, Any]:
+def _encode_payload(payload: Any) -> str:
+    return json.dumps(payload, separators=(",", ":"), allow_nan=False)
+
+
+def _insert_values(item: NewTodo, now_ms: int, payload: str) -> dict[str, Any]:
+    """The row of one new todo; ``payload`` is ``item.payload`` encoded (:func:`_encode_payload`)."""
     dedup_key = None
     if item.delivery_id and item.source_id:
         # Verification is part of the key (docs/ingest.md, "Deduplication"): an unverified delivery can
@@ -314,7 +323,7 @@ def _insert_values(item: NewTodo, now_ms: int) -> dict[str, Any]:
         "source": item.source,
         "source_id": item.source_id,
         "title": item.title,
-        "payload": json.dumps(item.payload, separators=(",", ":"), allow_nan=False),
+        "payload": payload,
         "status": "pending",
         "attempt": 0,
         "delivery_id": item.delivery_id,

@@ -130,6 +130,43 @@ async def test_the_batch_verbs_ride_on_their_verbs_grants(tmp_path: Path, sb: Re
         assert (await a.ok("claim_many", {}))["todos"] == []  # another endpoint's todos are not a's
 
 
+async def test_claim_next_with_ack_finishes_one_todo_and_claims_the_next(sb: RealServer) -> None:
+    ids = await webhooks(sb.proc, sb.tenant, 3)
+    async with agent(sb.mcp_url, sb.token) as a:
+        first = (await a.ok("claim_next", {}))["todo"]
+        assert first["id"] == ids[0]
+        second = await a.ok("claim_next", {"ack": {"todo_id": first["id"], "result": {"n": 1}}})
+        assert second["acked"] == {"todo_id": ids[0], "ok": True}
+        assert second["todo"]["id"] == ids[1] and second["todo"]["status"] == "claimed"
+        # an ack that cannot move says why, and the claim still happens
+        third = await a.ok("claim_next", {"ack": {"todo_id": ids[0]}})
+        assert third["acked"]["ok"] is False and third["acked"]["error"]["code"] == "conflict"
+        assert third["todo"]["id"] == ids[2]
+        last = await a.ok("claim_next", {"ack": {"todo_id": ids[2]}})
+        assert last == {"todo": None, "acked": {"todo_id": ids[2], "ok": True}}
+        # ids[1] is still held: only the todos named in an ack were finished
+        statuses = {t["id"]: t["status"] for t in (await a.ok("list_todos", {}))["todos"]}
+        assert statuses == {ids[0]: "done", ids[1]: "claimed", ids[2]: "done"}
+        done = (await a.ok("list_todos", {"status": "done"}))["todos"]
+        assert {t["id"]: t.get("result") for t in done}[ids[0]] == {"n": 1}
+        # an oversized result is that ack's invalid_argument; the todo stays held
+        big = await a.ok("claim_next", {"ack": {"todo_id": ids[1], "result": "x" * (64 * 1024)}})
+        assert big["acked"]["error"]["code"] == "invalid_argument" and big["todo"] is None
+        assert (await a.ok("ack", {"todo_id": ids[1]}))["todo"]["status"] == "done"
+
+
+async def test_claim_next_with_ack_needs_the_ack_grant(sb: RealServer) -> None:
+    other = await provision(sb.proc.env, sb.proc.data_dir, slug="agent-c", verbs=["claim_next", "list_todos"])
+    reveal(other.token)
+    mine = await webhooks(sb.proc, other, 2)
+    async with agent(sb.mcp_url, other.token) as c:
+        held = (await c.ok("claim_next", {}))["todo"]["id"]
+        refused = await c.call("claim_next", {"ack": {"todo_id": held}})
+        assert refused.code == "forbidden" and "'ack'" in refused.data["message"]
+        statuses = {t["id"]: t["status"] for t in (await c.ok("list_todos", {}))["todos"]}
+        assert statuses == {mine[0]: "claimed", mine[1]: "pending"}  # nothing acked, nothing claimed
+
+
 async def test_bad_batch_input_is_invalid_argument_and_changes_nothing(sb: RealServer) -> None:
     ids = await webhooks(sb.proc, sb.tenant, 2)
     async with agent(sb.mcp_url, sb.token) as a:

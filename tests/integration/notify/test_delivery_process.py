@@ -21,11 +21,12 @@ from standardwebhooks import Webhook
 
 from switchboard.notify.component import NotifyComponent
 from switchboard.notify.dispatcher import Dispatcher
-from switchboard.notify.process import WORKER_COMMAND, RemoteDispatcher, child_of
-from switchboard.notify.wire import line
+from switchboard.notify.process import WORKER_COMMAND, RemoteDispatcher, child_of, queue_shares
+from switchboard.notify.wire import line, transitions_lines, transitions_of
 from switchboard.notify.worker import NICENESS
 from switchboard.services import build_services
 from switchboard.settings import MAX_AUTO_NOTIFY_PROCESSES
+from switchboard.store.transitions import Transition
 from tests.integration.notify.conftest import Env, notify_env
 from tests.support.receivers import Respond
 from tests.support.server import TEST_CRED_KEY, make_settings
@@ -281,3 +282,58 @@ def test_by_default_one_worker_process_per_core_at_most_four(tmp_path: Path) -> 
     assert isinstance(dispatcher, RemoteDispatcher) and len(dispatcher.workers) == 2
     with pytest.raises(ValueError):
         make_settings(tmp_path, notify_processes=0)
+
+
+def test_the_instances_queue_bound_is_split_between_the_children(tmp_path: Path) -> None:
+    """REQ-7's queue is the instance's: the children's shares sum to the setting, never more."""
+    assert queue_shares(10_000, 2) == [5_000, 5_000]
+    assert queue_shares(10, 4) == [3, 3, 2, 2]
+    assert queue_shares(3, 3) == [1, 1, 1]
+    for size in (1, 2, 7, 10_000, 10_001):
+        for children in (1, 2, 3, 4):
+            if children <= size:
+                assert sum(queue_shares(size, children)) == size
+                assert min(queue_shares(size, children)) >= 1
+    # never more children than queue slots (a child with no slot could only drop)
+    assert make_settings(tmp_path, notify_processes=4, notify_queue_size=2).notify_worker_processes() == 2
+    services = build_services(make_settings(tmp_path, notify_process=True, notify_queue_size=7))
+    r = RemoteDispatcher(services, retry_delays=[1.0], processes=3)
+    assert [w.queue_size for w in r.workers] == [3, 2, 2]
+    assert [w.attempts for w in r.workers] == [11, 11, 10]  # SWITCHBOARD_NOTIFY_WORKERS (32), split too
+    assert len(RemoteDispatcher(services, retry_delays=[1.0], processes=9).workers) == 7
+    # never more children than concurrent attempts either (a child with none could only queue)
+    assert make_settings(tmp_path, notify_processes=4, notify_workers=3).notify_worker_processes() == 3
+    few = build_services(make_settings(tmp_path, notify_process=True, notify_workers=2))
+    assert [w.attempts for w in RemoteDispatcher(few, retry_delays=[1.0], processes=4).workers] == [1, 1]
+    with pytest.raises(ValueError):  # 0 would make an unbounded asyncio queue
+        make_settings(tmp_path, notify_queue_size=0)
+
+
+def test_a_batch_goes_to_the_worker_in_lines_its_small_read_buffer_takes() -> None:
+    """The worker reads a line at a time with a small buffer (worker.READ_LIMIT): a batch is split into
+    lines of about 64 KiB, in order, each carrying exactly the transitions it encodes."""
+    batch = [
+        Transition(
+            todo_id=f"td_{i:04d}",
+            endpoint_id="ep_1",
+            queue="inbox",
+            kind=None,
+            source="src",
+            title="\U0001f600" * 500 if i % 7 == 0 else f"title {i}",  # the longest row a title makes
+            attempt=1,
+            transition="created",
+            reason=None,
+            push_eligible=True,
+            push_excluded=False,
+            at=1.5,
+        )
+        for i in range(256)
+    ]
+    lines = transitions_lines(batch)
+    assert len(lines) > 1
+    assert [t for _, carried in lines for t in carried] == batch
+    for data, carried in lines:
+        assert data.endswith(b"\n") and len(data) <= 64 * 1024 + 8 * 1024
+        assert transitions_of(json.loads(data)["t"]) == carried
+    ((small, carried),) = transitions_lines(batch[1:4])  # a small batch is one line, as before
+    assert carried == batch[1:4] and transitions_of(json.loads(small)["t"]) == batch[1:4]

@@ -324,3 +324,14 @@ async def test_a_batched_read_that_is_cancelled_fails_its_waiters(ndb: NotifyDB)
     # the next read starts afresh and answers
     gate.set()
     assert (await reads.sendable(hook.id)) == await HookReads(ndb.hooks).sendable(hook.id)
+
+
+async def test_prepare_runs_every_health_statement_and_writes_nothing(ndb: NotifyDB) -> None:
+    """The worker compiles the health statements at start (``HookHealth.prepare``): one execution of
+    each size, and no hook row changes."""
+    hook = (await ndb.hook(await ndb.endpoint("ep-a"))).id
+    before = await ndb.row(hook)
+    with ndb.statements() as seen:
+        await ndb.hooks.prepare()
+    assert len(updates_on_hooks(seen)) == len(FOLD_STATEMENT_SIZES)
+    assert await ndb.row(hook) == before

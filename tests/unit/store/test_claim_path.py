@@ -2,6 +2,9 @@
 by the driver itself (SQLite's trace callback, asyncpg's query logger), on both databases; the batch
 claim and ack; and the claim statement's plan on PostgreSQL.
 
+On PostgreSQL both statements go to asyncpg directly, inside a transaction asyncpg opens
+(``Database.pg_transaction``): its query logger sees BEGIN, the statement and COMMIT.
+
 A claim or an ack is one statement (the move and its timeline row together) in one transaction:
 PostgreSQL sees BEGIN, the statement, COMMIT. SQLite runs it on the group-commit writer's connection
 (store/sqlite_writer.py): BEGIN IMMEDIATE, then per claim or ack in the batch SAVEPOINT, the UPDATE, the
@@ -15,7 +18,7 @@ import json
 from typing import Any
 
 import pytest
-from sqlalchemy import event, func, select, text
+from sqlalchemy import event, func, select
 
 from switchboard.clock import ManualClock
 from switchboard.store.accounts import AccountStore
@@ -170,25 +173,50 @@ async def test_the_claim_statement_walks_the_partial_index(database: Database) -
     """PostgreSQL: the claim's pick reads ``ix_todos_claim_pending`` in claim order, no sort."""
     if database.is_sqlite:
         pytest.skip("the SQLite pick is the same SELECT as claim_pick (test_claim_index.py)")
-    async with database.begin() as conn:
-        await conn.execute(text("SET LOCAL enable_seqscan = off"))
-        await conn.execute(text("SET LOCAL plan_cache_mode = force_generic_plan"))
-        plan = "\n".join(
-            r[0]
-            for r in (
-                await conn.execute(
-                    text(f"EXPLAIN {_CLAIM_PG.text}"),
-                    {
-                        "endpoint_id": "ep_x",
-                        "queues": ["q1", "q2"],
-                        "limit": 10,
-                        "lease": 1,
-                        "now": 1,
-                        "instance_id": "i",
-                        "event_ids": ["te_1"],
-                    },
-                )
-            ).all()
-        )
+    async with database.pg_transaction() as (_conn, driver):
+        await driver.execute("SET LOCAL enable_seqscan = off")
+        await driver.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        args = ("ep_x", ["q1", "q2"], 10, 1, 1, "i", ["te_1"])
+        plan = "\n".join(r[0] for r in await driver.fetch(f"EXPLAIN {_CLAIM_PG}", *args))
     pick = plan.split("CTE moved")[0]
     assert "ix_todos_claim_pending" in pick and "Sort" not in pick, plan
+
+
+async def test_in_transaction_handlers_commit_and_roll_back_with_the_claim(
+    database: Database, hub: TransitionHub, clock: ManualClock
+) -> None:
+    """The hub's in-transaction handlers (the A2A outbox, the cluster relay's NOTIFY) write through the
+    SQLAlchemy connection the claim path hands them: those writes are the claim's own transaction, so
+    a handler that fails after writing takes its write and the claim back with it."""
+    fail_next_claim = True
+    marks = 0
+
+    async def mark(conn: Any, transitions: Any) -> None:
+        nonlocal fail_next_claim, marks
+        for t in transitions:
+            marks += 1
+            await conn.execute(
+                todo_events.insert().values(
+                    id=f"te_mark_{marks}", todo_id=t.todo_id, transition="marked", attempt=0, at=1
+                )
+            )
+            if t.transition == "claimed" and fail_next_claim:
+                fail_next_claim = False
+                raise RuntimeError("the handler failed after writing")
+
+    hub.add_in_transaction(mark)
+    store, ep = await _setup(database, hub, clock)
+    ids = (await store.create([_todo(ep, n) for n in range(2)])).created
+    with pytest.raises(RuntimeError):
+        await store.claim_next(ep, ["inbox"], 60)
+    row = await store.claim_next(ep, ["inbox"], 60)
+    assert row is not None and row.id == ids[0] and row.attempt == 1  # the failed claim rolled back
+    await store.ack(ep, ids[0], None)
+    async with database.read() as conn:
+        marked = (
+            (await conn.execute(select(todo_events.c.todo_id).where(todo_events.c.transition == "marked")))
+            .scalars()
+            .all()
+        )
+    # both creations, the claim that committed and the ack; the failed claim's mark rolled back with it
+    assert sorted(marked) == sorted([ids[0], ids[1], ids[0], ids[0]])

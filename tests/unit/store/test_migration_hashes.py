@@ -29,6 +29,7 @@ LANDED = {
     "0010_repair.py": "6a1d92c95a99ba467b99ec3ca617e602a9482a9e22c8bc708cfef6622099356f",
     "0011_rate_windows.py": "7b017a23c49a366c91b0430bd81be8f824fd80e31b7e247b6ff7d911be250f28",
     "0012_rate_buckets.py": "110e7516f0ee004f8cf3ca668a50b748cb058d03e064bd2b23718c4c91613cae",
+    "0013_endpoint_epoch.py": "4d275decc3b4f4fec6b635c5789d8f8474ef351b3c6318cb2c8e992dc3eea436",
 }
 
 

@@ -44,3 +44,18 @@ async def test_a_capped_database_still_reads_and_writes(database: Database) -> N
         assert (await conn.execute(text("SELECT n FROM cache_probe"))).scalar_one() == 1
         if database.is_sqlite:
             assert (await conn.execute(text("PRAGMA cache_size"))).scalar_one() == -256
+
+
+async def test_the_servers_connections_are_capped_too(tmp_path: Path) -> None:
+    """The server's pooled connections keep at most ``SERVER_PAGE_CACHE_KIB`` each: under ingest each
+    filled SQLite's default 2,000 KiB (issue 18, scenario 3)."""
+    from switchboard.app import SERVER_PAGE_CACHE_KIB, create_app
+    from switchboard.services import build_services
+    from tests.support.server import make_settings
+
+    services = build_services(make_settings(tmp_path))
+    create_app(services)
+    try:
+        assert await _cache_sizes(services.db, 3) == [-SERVER_PAGE_CACHE_KIB] * 3
+    finally:
+        await services.close()
