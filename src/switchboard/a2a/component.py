@@ -130,7 +130,7 @@ class A2AComponent:
         )
         self.card = build_card(s, push_enabled=self.push_enabled)
         # Every instance writes outbox rows (fanout.py); only push-enabled ones deliver them.
-        services.hub.add_in_transaction(Fanout(self.configs))
+        services.hub.add_in_transaction(Fanout(self.configs), wants=may_be_task)
         self.waiter = TaskWaiter(
             self.tasks, fallback_seconds=1.0 if services.db.dialect == "postgresql" else None
         )

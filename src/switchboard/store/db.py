@@ -21,6 +21,7 @@ from sqlalchemy.sql.dml import UpdateBase
 
 from switchboard.store.errors import Conflict, StoreUnavailable
 from switchboard.store.files import secure_sqlite
+from switchboard.store.sqlite_writer import PRAGMAS, SqliteWriter
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -87,9 +88,10 @@ class Database:
             else self.engine.execution_options(isolation_level="AUTOCOMMIT", switchboard_plain=True)
         )
         self._compiled: dict[UpdateBase, _Compiled] = {}  # write_returning, SQLite
-        # SQLite has one writer at a time: this process's claims and acks queue here, in order, instead
-        # of each holding a pooled connection asleep in SQLite's busy handler (sqlite_transaction).
+        # SQLite has one writer at a time: this process's sqlite_transaction callers queue here, in
+        # order, instead of each holding a pooled connection asleep in SQLite's busy handler.
         self._sqlite_writer = asyncio.Lock()
+        self._group_writer: SqliteWriter | None = None  # the claim path's, made on first use
 
     @property
     def dialect(self) -> str:
@@ -155,7 +157,9 @@ class Database:
 
     @asynccontextmanager
     async def sqlite_transaction(self) -> AsyncIterator[tuple[AsyncConnection, Any]]:
-        """SQLite only: a write transaction on the driver connection itself, for the claim path.
+        """SQLite only: a write transaction on the driver connection itself, for the claims and acks
+        the group-commit writer declines (those whose in-transaction handlers need an AsyncConnection:
+        A2A tasks) and for a database the writer cannot open a second connection to (in memory).
 
         Yields the SQLAlchemy connection (for in-transaction handlers, whose statements join the
         transaction) and the aiosqlite connection (one trip to its thread per statement, where an
@@ -180,6 +184,17 @@ class Database:
                 raise Conflict(str(exc).splitlines()[0][:200]) from exc
             except (sqlite3.Error, OperationalError, InterfaceError, OSError) as exc:
                 raise StoreUnavailable("database unavailable") from exc
+
+    def sqlite_writer(self) -> SqliteWriter | None:
+        """SQLite on a file: the group-commit writer thread (store/sqlite_writer.py), made on first
+        use and closed by :meth:`dispose`. None on PostgreSQL and for an in-memory database (another
+        connection would open another database there)."""
+        if self._group_writer is None:
+            db_path = self.engine.url.database if self.is_sqlite else None
+            if not db_path or db_path == ":memory:" or db_path.startswith("file:") or self.engine.url.query:
+                return None
+            self._group_writer = SqliteWriter(Path(db_path))
+        return self._group_writer
 
     @asynccontextmanager
     async def pg_transaction(self) -> AsyncIterator[tuple[AsyncConnection, Any]]:
@@ -289,7 +304,13 @@ class Database:
                 await conn.run_sync(_upgrade)
 
     async def dispose(self) -> None:
-        await self.engine.dispose()
+        """Close every connection: the pool's and the writer thread's (a later use opens new ones)."""
+        writer, self._group_writer = self._group_writer, None
+        try:
+            if writer is not None:
+                await writer.close()
+        finally:
+            await self.engine.dispose()
 
 
 def _upgrade(sync_conn: Connection) -> None:
@@ -351,10 +372,8 @@ def _sqlite_pragmas(engine: AsyncEngine) -> None:
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA busy_timeout=30000")
-        cur.execute("PRAGMA foreign_keys=ON")
-        cur.execute("PRAGMA synchronous=NORMAL")
+        for pragma in PRAGMAS:
+            cur.execute(pragma)
         cur.close()
 
     @event.listens_for(engine.sync_engine, "begin")

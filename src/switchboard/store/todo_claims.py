@@ -10,10 +10,15 @@ statement and one transaction.
   statement and transaction machinery cost more CPU than asyncpg and the database together
   (0.72 against 1.16 ms of CPU per claim + ack in the store layer, issue 18); the handlers still get a
   SQLAlchemy connection, in autocommit on the same driver connection, so their writes join it.
-* SQLite: the driver connection itself, behind this process's writer lock
-  (:meth:`Database.sqlite_transaction`): BEGIN IMMEDIATE, the UPDATE with its RETURNING, the timeline
-  insert, COMMIT; four trips to the driver's thread, and this process's claims and acks queue on an
-  asyncio lock instead of sleeping in SQLite's busy handler.
+* SQLite: the group-commit writer (store/sqlite_writer.py). The loop queues the claim or ack and
+  awaits it; one thread with its own connection runs everything queued in one transaction (BEGIN
+  IMMEDIATE; per claim or ack a SAVEPOINT, the UPDATE with its RETURNING, the answer, the timeline
+  insert, RELEASE; one COMMIT), so the write lock is never held across a loop turn and concurrent
+  calls share a commit. One whose answer raises is rolled back to its savepoint alone. One with a
+  transition the hub's in-transaction handlers want (an A2A task's: they need an ``AsyncConnection``,
+  and must commit with the move) is undone there and made on the loop instead, on the driver
+  connection behind this process's writer lock (:meth:`Database.sqlite_transaction`): BEGIN IMMEDIATE,
+  the UPDATE, the timeline insert, the handlers, COMMIT.
 
 The statements are SQL text written once per dialect (no SQLAlchemy Core construction or compilation
 per call) and return only the columns an answer and a transition need (``MOVED``). The endpoint's scope
@@ -25,7 +30,9 @@ change applies to the next call. The pick is the literal ``status = 'pending'`` 
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, NamedTuple
 
 from sqlalchemy import select
@@ -34,6 +41,7 @@ from switchboard.clock import Clock, ms
 from switchboard.ids import new_id
 from switchboard.store.db import Database
 from switchboard.store.schema import todos
+from switchboard.store.sqlite_writer import Declined
 from switchboard.store.todo_moves import transition_of
 from switchboard.store.transitions import Transition, TransitionHub
 from switchboard.text import admit
@@ -67,7 +75,8 @@ class Moved(NamedTuple):
     created_at: int
 
 
-# Called on each moved row inside the transaction that moves it: raising rolls the move back.
+# Called on each moved row inside the transaction that moves it: raising rolls the move back. On SQLite
+# it runs on the group-commit writer's thread: it must not touch the event loop (build the answer only).
 Answer = Callable[[Moved], object]
 
 _COLUMNS = Moved._fields
@@ -210,13 +219,7 @@ class TodoClaims:
                 "lease": lease,
                 "now": now_ms,
             }
-            async with self.db.sqlite_transaction() as (conn, driver):
-                rows = _order([Moved(*r) for r in await driver.execute_fetchall(_CLAIM_SQLITE, params)])
-                transitions = self._moved(rows, "claimed", now, answer)
-                if rows:
-                    events = _events(rows, "claimed", lease, instance, now_ms)
-                    await driver.execute_fetchall(_EVENTS_SQLITE, events)
-                    await self.hub.run_in_transaction(conn, transitions)
+            rows, transitions = await self._sqlite_move(_CLAIM_SQLITE, params, "claimed", lease, now, answer)
         else:
             args = (
                 endpoint_id,
@@ -229,7 +232,8 @@ class TodoClaims:
             )
             async with self.db.pg_transaction() as (conn, driver):
                 rows = _order([Moved(*r) for r in await driver.fetch(_CLAIM_PG, *args)])
-                transitions = self._moved(rows, "claimed", now, answer)
+                transitions = self._transitions(rows, "claimed", now)
+                self._answer(rows, answer)
                 if transitions:
                     await self.hub.run_in_transaction(conn, transitions)
         self.hub.publish(transitions)
@@ -257,14 +261,7 @@ class TodoClaims:
                 "given": json.dumps([[t, given[t]] for t in ordered]),
                 "now": now_ms,
             }
-            async with self.db.sqlite_transaction() as (conn, driver):
-                rows = _order([Moved(*r) for r in await driver.execute_fetchall(_ACK_SQLITE, params)])
-                transitions = self._moved(rows, "done", now, None)
-                if rows:
-                    await driver.execute_fetchall(
-                        _EVENTS_SQLITE, _events(rows, "done", None, instance, now_ms)
-                    )
-                    await self.hub.run_in_transaction(conn, transitions)
+            rows, transitions = await self._sqlite_move(_ACK_SQLITE, params, "done", None, now, None)
         else:
             args = (
                 endpoint_id,
@@ -276,7 +273,7 @@ class TodoClaims:
             )
             async with self.db.pg_transaction() as (conn, driver):
                 rows = _order([Moved(*r) for r in await driver.fetch(_ACK_PG, *args)])
-                transitions = self._moved(rows, "done", now, None)
+                transitions = self._transitions(rows, "done", now)
                 if transitions:
                     await self.hub.run_in_transaction(conn, transitions)
         self.hub.publish(transitions)
@@ -289,12 +286,64 @@ class TodoClaims:
         )
         return {str(r.id): str(r.status) for r in await self.db.fetch(stmt)}
 
-    def _moved(
-        self, rows: list[Moved], transition: str, now: float, answer: Answer | None
-    ) -> list[Transition]:
-        transitions = []
-        for row in rows:
-            if answer is not None:
+    async def _sqlite_move(
+        self,
+        sql: str,
+        params: dict[str, Any],
+        transition: str,
+        lease: int | None,
+        now: float,
+        answer: Answer | None,
+    ) -> tuple[list[Moved], list[Transition]]:
+        """A claim or an ack on SQLite: in the group-commit writer's next batch; on the loop, behind
+        the writer lock, when the writer declines it (the hub's in-transaction handlers want one of
+        its transitions) or there is no writer (an in-memory database)."""
+        writer = self.db.sqlite_writer()
+        if writer is not None:
+            move = partial(self._move_in_writer, sql, params, transition, lease, now, answer)
+            try:
+                return await writer.run(move)
+            except Declined:
+                pass  # undone in the writer; made again here, where the handlers get a connection
+        async with self.db.sqlite_transaction() as (conn, driver):
+            rows = _order([Moved(*r) for r in await driver.execute_fetchall(sql, params)])
+            transitions = self._transitions(rows, transition, now)
+            self._answer(rows, answer)
+            if rows:
+                events = _events(rows, transition, lease, self._instance(), ms(now))
+                await driver.execute_fetchall(_EVENTS_SQLITE, events)
+                await self.hub.run_in_transaction(conn, transitions)
+        return rows, transitions
+
+    def _move_in_writer(
+        self,
+        sql: str,
+        params: dict[str, Any],
+        transition: str,
+        lease: int | None,
+        now: float,
+        answer: Answer | None,
+        conn: sqlite3.Connection,
+    ) -> tuple[list[Moved], list[Transition]]:
+        """The writer thread's half of :meth:`_sqlite_move`, inside its batch's transaction (and this
+        move's savepoint): the UPDATE with its RETURNING, the answers, the timeline insert."""
+        rows = _order([Moved(*r) for r in conn.execute(sql, params)])
+        transitions = self._transitions(rows, transition, now)
+        if self.hub.needs_transaction(transitions):
+            raise Declined  # before the answers: the loop-side path answers these rows
+        self._answer(rows, answer)
+        if rows:
+            conn.execute(_EVENTS_SQLITE, _events(rows, transition, lease, self._instance(), ms(now)))
+        return rows, transitions
+
+    def _transitions(self, rows: list[Moved], transition: str, now: float) -> list[Transition]:
+        return [transition_of(row, transition, None, now, self.hub.instance_id) for row in rows]
+
+    @staticmethod
+    def _answer(rows: list[Moved], answer: Answer | None) -> None:
+        if answer is not None:
+            for row in rows:
                 answer(row)  # raising here rolls the move back
-            transitions.append(transition_of(row, transition, None, now, self.hub.instance_id))
-        return transitions
+
+    def _instance(self) -> str | None:
+        return self.hub.instance_id[:100] or None

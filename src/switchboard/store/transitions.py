@@ -4,6 +4,8 @@ Two stages:
 
 * ``in_transaction`` handlers run inside the transition's own transaction, before commit. They exist for
   work that must commit or roll back with the transition (the A2A push outbox and its sequence numbers).
+  A handler may say which transitions it acts on (``wants``): the SQLite claim path commits the others
+  on its writer thread, which has no ``AsyncConnection`` to give a handler (:meth:`TransitionHub.needs_transaction`).
 * ``subscribe``\\ d handlers see transitions only after the commit. Each subscriber has its own bounded
   queue and task, so one that raises, blocks or falls behind never touches the transaction or the others.
   A full queue drops the transition for that subscriber, counts it, and logs the todo and endpoint ids.
@@ -92,12 +94,25 @@ class TransitionHub:
         self._metrics = metrics
         self.instance_id = instance_id
         self._in_tx: list[InTxHandler] = []
+        self._in_tx_wants: list[Callable[[Transition], bool] | None] = []
         self._subs: list[_Subscription] = []
         self._gap: list[Callable[[], Awaitable[None]]] = []
         self._running = False
 
-    def add_in_transaction(self, handler: InTxHandler) -> None:
+    def add_in_transaction(
+        self, handler: InTxHandler, *, wants: Callable[[Transition], bool] | None = None
+    ) -> None:
+        """``wants``: true for every transition ``handler`` may act on (it is given all of them anyway);
+        None: it may act on any."""
         self._in_tx.append(handler)
+        self._in_tx_wants.append(wants)
+
+    def needs_transaction(self, transitions: Sequence[Transition]) -> bool:
+        """Whether an in-transaction handler may act on one of ``transitions``: then they must be made
+        on an ``AsyncConnection`` and :meth:`run_in_transaction` run there. Pure; any thread may ask."""
+        if not transitions:
+            return False
+        return any(wants is None or any(map(wants, transitions)) for wants in self._in_tx_wants)
 
     def subscribe(
         self,

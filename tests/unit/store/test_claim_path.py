@@ -6,8 +6,10 @@ On PostgreSQL both statements go to asyncpg directly, inside a transaction async
 (``Database.pg_transaction``): its query logger sees BEGIN, the statement and COMMIT.
 
 A claim or an ack is one statement (the move and its timeline row together) in one transaction:
-PostgreSQL sees BEGIN, the statement, COMMIT; SQLite sees BEGIN IMMEDIATE, the UPDATE, the timeline
-INSERT, COMMIT. No read comes before the write, and a batch of ten costs what a batch of one does.
+PostgreSQL sees BEGIN, the statement, COMMIT. SQLite runs it on the group-commit writer's connection
+(store/sqlite_writer.py): BEGIN IMMEDIATE, then per claim or ack in the batch SAVEPOINT, the UPDATE, the
+timeline INSERT, RELEASE, and one COMMIT for the batch. No read comes before the write, and a batch of
+ten todos costs what a batch of one does.
 """
 
 from __future__ import annotations
@@ -45,12 +47,17 @@ class Sent:
 
 @pytest.fixture
 async def traced(database: Database) -> Sent:
-    """Drop the pool's connections, then have every new one report what it sends. asyncpg's query
-    logger reports its simple queries (BEGIN, COMMIT) but not prepared statements, so on PostgreSQL
-    those are taken from SQLAlchemy's cursor event, which sees each statement once as it is sent."""
+    """Drop the pool's connections (and SQLite's writer thread), then have every new one report what it
+    sends: a claim must send nothing but its own transaction on any of them. asyncpg's query logger
+    reports its simple queries (BEGIN, COMMIT) but not prepared statements, so on PostgreSQL those are
+    taken from SQLAlchemy's cursor event, which sees each statement once as it is sent."""
     sent = Sent()
-    await database.engine.dispose()
-    if not database.is_sqlite:
+    await database.dispose()
+    if database.is_sqlite:
+        writer = database.sqlite_writer()
+        assert writer is not None
+        writer.on_connect(lambda conn: conn.set_trace_callback(sent))
+    else:
         event.listen(
             database.engine.sync_engine,
             "before_cursor_execute",
@@ -82,9 +89,9 @@ def _todo(endpoint_id: str, n: int, queue: str = "inbox") -> NewTodo:
     return NewTodo(endpoint_id=endpoint_id, queue=queue, title=f"t{n}", payload={"n": n}, verified=True)
 
 
-def _expected(database: Database) -> list[str]:
+def _expected(database: Database, moves: int = 1) -> list[str]:
     if database.is_sqlite:
-        return sorted(["BEGIN", "UPDATE", "INSERT", "COMMIT"])
+        return sorted(["BEGIN", *["SAVEPOINT", "UPDATE", "INSERT", "RELEASE"] * moves, "COMMIT"])
     return sorted(["BEGIN", "WITH", "COMMIT"])
 
 

@@ -1,0 +1,332 @@
+"""The SQLite group-commit writer (store/sqlite_writer.py) under the claim path, on real database files:
+concurrent claims share commits, nobody claims a todo twice, a failing claim undoes only itself, an A2A
+task's claim still reaches the hub's in-transaction handlers, a locked file delays claims without
+stalling the event loop, store errors fail one batch only, and dispose leaves no thread or file open."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select, text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from switchboard.a2a.tasks import A2A_SOURCE, may_be_task
+from switchboard.clock import ManualClock
+from switchboard.store.accounts import AccountStore
+from switchboard.store.db import Database
+from switchboard.store.errors import Conflict, StoreUnavailable
+from switchboard.store.schema import humans, todos
+from switchboard.store.schema_console import todo_events
+from switchboard.store.sqlite_writer import SqliteWriter
+from switchboard.store.todos import NewTodo, TodoStore
+from switchboard.store.transitions import Transition, TransitionHub
+
+
+@pytest.fixture
+async def database(sqlite_url: str) -> AsyncIterator[Database]:
+    db = Database(sqlite_url)
+    await db.migrate()
+    yield db
+    await db.dispose()
+
+
+def _writer(database: Database) -> SqliteWriter:
+    writer = database.sqlite_writer()
+    assert writer is not None
+    return writer
+
+
+def _path(database: Database) -> str:
+    path = database.engine.url.database
+    assert path is not None
+    return path
+
+
+async def _endpoints(database: Database, clock: ManualClock, n: int) -> list[str]:
+    accounts = AccountStore(database, clock)
+    hid = await accounts.create_human("owner@example.com", "correct horse battery")
+    return [(await accounts.vend_endpoint(hid, f"ep-{i}", ["inbox"], ["claim_next"]))[0].id for i in range(n)]
+
+
+def _todos(endpoint_id: str, n: int, source: str | None = None) -> list[NewTodo]:
+    return [
+        NewTodo(endpoint_id=endpoint_id, queue="inbox", title=f"t{i}", payload={"i": i}, source=source)
+        for i in range(n)
+    ]
+
+
+async def _count(database: Database, statement: Any) -> int:
+    return int((await database.fetch(statement))[0][0])
+
+
+async def test_concurrent_claims_and_acks_share_commits(
+    database: Database, hub: TransitionHub, clock: ManualClock
+) -> None:
+    (ep,) = await _endpoints(database, clock, 1)
+    store = TodoStore(database, hub, clock)
+    ids = (await store.create(_todos(ep, 32))).created
+    writer = _writer(database)
+    rows = await asyncio.gather(*(store.claim_next(ep, ["inbox"], 60) for _ in range(32)))
+    assert sorted(r.id for r in rows if r is not None) == sorted(ids)
+    assert writer.works == 32 and 1 <= writer.commits < 32, (writer.works, writer.commits)
+    commits = writer.commits
+    done = await asyncio.gather(*(store.ack(ep, i, {"ok": True}) for i in ids))
+    assert all(d is not None and d.status == "done" for d in done)
+    assert writer.works == 64 and writer.commits - commits < 32
+    events = select(func.count()).select_from(todo_events).where(todo_events.c.transition != "created")
+    assert await _count(database, events) == 64  # each move has its timeline row
+
+
+async def test_sixteen_claimers_on_one_endpoint_never_share_a_todo(
+    database: Database, hub: TransitionHub, clock: ManualClock
+) -> None:
+    (ep,) = await _endpoints(database, clock, 1)
+    store = TodoStore(database, hub, clock)
+    ids = (await store.create(_todos(ep, 400))).created
+    claimed: list[str] = []
+
+    async def consumer() -> None:
+        while (row := await store.claim_next(ep, ["inbox"], 60)) is not None:
+            claimed.append(row.id)
+            assert await store.ack(ep, row.id, None) is not None
+
+    await asyncio.gather(*(consumer() for _ in range(16)))
+    assert len(claimed) == len(set(claimed)) == len(ids) and set(claimed) == set(ids)
+    per_todo = (
+        select(todo_events.c.todo_id, func.count())
+        .where(todo_events.c.transition == "claimed")
+        .group_by(todo_events.c.todo_id)
+    )
+    assert sorted(r[1] for r in await database.fetch(per_todo)) == [1] * len(ids)
+    assert _writer(database).commits < len(ids) * 2  # claims and acks were grouped
+
+
+async def test_an_answer_that_raises_undoes_only_its_own_claim(
+    database: Database, hub: TransitionHub, clock: ManualClock
+) -> None:
+    ep_a, ep_b = await _endpoints(database, clock, 2)
+    store = TodoStore(database, hub, clock)
+    (todo_a,) = (await store.create(_todos(ep_a, 1))).created
+    (todo_b,) = (await store.create(_todos(ep_b, 1))).created
+    writer = _writer(database)
+
+    def refuse(_row: Any) -> None:
+        raise ValueError("cannot answer")
+
+    answered: list[str] = []
+    first, second = await asyncio.gather(
+        store.claim_many(ep_a, ["inbox"], 60, 1, answer=refuse),
+        store.claim_many(ep_b, ["inbox"], 60, 1, answer=lambda row: answered.append(row.id)),
+        return_exceptions=True,
+    )
+    assert isinstance(first, ValueError) and str(first) == "cannot answer"
+    assert isinstance(second, list) and [r.id for r in second] == [todo_b] == answered
+    assert writer.commits == 1  # one batch: the second committed beside the undone first
+    status = dict((r[0], r[1]) for r in await database.fetch(select(todos.c.id, todos.c.status)))
+    assert status[todo_a] == "pending" and status[todo_b] == "claimed"
+    claimed_a = select(func.count()).where(
+        todo_events.c.todo_id == todo_a, todo_events.c.transition == "claimed"
+    )
+    assert await _count(database, claimed_a) == 0
+
+
+async def test_an_a2a_task_claim_commits_with_its_in_transaction_handler(
+    database: Database, hub: TransitionHub, clock: ManualClock
+) -> None:
+    """The hub's handler (registered with the A2A predicate, as a2a/component.py registers the Fanout)
+    gets an ``AsyncConnection`` in the claim's transaction for the task's todo, and its write commits
+    with the claim; a plain todo claimed beside it goes through the writer and the handler never sees it."""
+    ep_a, ep_b = await _endpoints(database, clock, 2)
+    store = TodoStore(database, hub, clock)
+    (task,) = (await store.create(_todos(ep_a, 1, source=A2A_SOURCE))).created
+    (plain,) = (await store.create(_todos(ep_b, 1))).created
+    handled: list[str] = []
+
+    async def handler(conn: AsyncConnection, transitions: Any) -> None:
+        for t in transitions:
+            if may_be_task(t):
+                handled.append(t.todo_id)
+                await conn.execute(
+                    text("UPDATE todos SET title = 'seen in tx' WHERE id = :id"), {"id": t.todo_id}
+                )
+
+    hub.add_in_transaction(handler, wants=may_be_task)
+    writer = _writer(database)
+    got_task, got_plain = await asyncio.gather(
+        store.claim_next(ep_a, ["inbox"], 60), store.claim_next(ep_b, ["inbox"], 60)
+    )
+    assert got_task is not None and got_task.id == task and got_plain is not None and got_plain.id == plain
+    assert handled == [task]
+    assert writer.works == 1  # the plain claim; the task's was declined and made on the loop
+    titles = dict((r[0], r[1]) for r in await database.fetch(select(todos.c.id, todos.c.title)))
+    assert titles[task] == "seen in tx" and titles[plain] == "t0"
+    claimed = select(func.count()).where(todo_events.c.todo_id == task, todo_events.c.transition == "claimed")
+    assert await _count(database, claimed) == 1  # the writer's undone attempt left no timeline row
+    assert await store.ack(ep_a, task, {"ok": 1}) is not None and handled == [task, task]
+
+
+async def test_a_handler_without_a_predicate_takes_every_claim_to_the_loop(
+    database: Database, hub: TransitionHub, clock: ManualClock
+) -> None:
+    (ep,) = await _endpoints(database, clock, 1)
+    store = TodoStore(database, hub, clock)
+    await store.create(_todos(ep, 2))
+    seen: list[Transition] = []
+
+    async def handler(_conn: AsyncConnection, transitions: Any) -> None:
+        seen.extend(transitions)
+
+    hub.add_in_transaction(handler)
+    rows = await store.claim_many(ep, ["inbox"], 60, 2)
+    assert [t.todo_id for t in seen] == [r.id for r in rows] and len(rows) == 2
+    assert _writer(database).works == 0
+
+
+async def test_a_locked_file_delays_claims_but_not_the_loop(
+    database: Database, hub: TransitionHub, clock: ManualClock
+) -> None:
+    (ep,) = await _endpoints(database, clock, 1)
+    store = TodoStore(database, hub, clock)
+    (todo_id,) = (await store.create(_todos(ep, 1))).created
+    other = sqlite3.connect(_path(database), isolation_level=None)  # another process's writer, say
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        claim = asyncio.create_task(store.claim_next(ep, ["inbox"], 60))
+        ticks = 0
+        started = time.monotonic()
+        while time.monotonic() - started < 0.5:
+            await asyncio.sleep(0.01)
+            ticks += 1
+        assert not claim.done()  # waiting in SQLite's busy handler, in the writer thread
+        assert ticks >= 10  # the loop turned all along (a blocked loop would tick once)
+        pending = select(func.count()).select_from(todos).where(todos.c.status == "pending")
+        assert await _count(database, pending) == 1  # readers are not held up either (WAL)
+        other.execute("COMMIT")
+        row = await asyncio.wait_for(claim, 10)
+        assert row is not None and row.id == todo_id
+    finally:
+        other.close()
+
+
+async def test_store_errors_fail_their_work_or_batch_and_the_writer_goes_on(database: Database) -> None:
+    writer = _writer(database)
+
+    def add(human: str, email: str) -> Any:
+        def work(conn: sqlite3.Connection) -> str:
+            conn.execute(
+                "INSERT INTO humans (id, email, password_hash, created_at) VALUES (?, ?, 'x', 1)",
+                (human, email),
+            )
+            return human
+
+        return work
+
+    def broken(conn: sqlite3.Connection) -> None:
+        conn.execute("SELECT * FROM no_such_table")
+
+    # A constraint is that work's Conflict; the rest of its batch commits.
+    assert await writer.run(add("h_1", "ann@example.test")) == "h_1"
+    dup, ok = await asyncio.gather(
+        writer.run(add("h_2", "ann@example.test")),
+        writer.run(add("h_3", "bea@example.test")),
+        return_exceptions=True,
+    )
+    assert isinstance(dup, Conflict) and ok == "h_3"
+    # Any other SQLite error fails the whole batch (its other writes undone) ...
+    lost, failed = await asyncio.gather(
+        writer.run(add("h_4", "cy@example.test")), writer.run(broken), return_exceptions=True
+    )
+    assert isinstance(lost, StoreUnavailable) and isinstance(failed, StoreUnavailable)
+    # ... and the next batch is served.
+    assert await writer.run(add("h_5", "di@example.test")) == "h_5"
+    ids = sorted(r[0] for r in await database.fetch(select(humans.c.id)))
+    assert ids == ["h_1", "h_3", "h_5"]
+
+
+def _open_files(path: str) -> int:
+    target = os.path.realpath(path)
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.path.realpath(f"/proc/self/fd/{fd}") == target:
+                count += 1
+        except OSError:
+            continue
+    return count
+
+
+def _writer_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("sqlite-writer")]
+
+
+async def test_dispose_leaves_no_thread_or_file_behind_and_a_later_claim_reopens(
+    database: Database, hub: TransitionHub, clock: ManualClock
+) -> None:
+    (ep,) = await _endpoints(database, clock, 1)
+    store = TodoStore(database, hub, clock)
+    await store.create(_todos(ep, 2))
+    assert await store.claim_next(ep, ["inbox"], 60) is not None
+    assert len(_writer_threads()) == 1 and _open_files(_path(database)) >= 1
+    await database.dispose()
+    assert _writer_threads() == [] and _open_files(_path(database)) == 0
+    assert await store.claim_next(ep, ["inbox"], 60) is not None  # a new writer, opened lazily
+    assert len(_writer_threads()) == 1
+
+
+async def test_an_in_memory_database_has_no_writer_thread() -> None:
+    """Another connection to ``:memory:`` would be another database: claims stay on the loop there."""
+    db = Database("sqlite+aiosqlite:///:memory:")
+    try:
+        assert db.sqlite_writer() is None
+    finally:
+        await db.dispose()
+
+
+async def test_the_writer_and_the_loop_side_path_take_turns_without_deadlock(
+    database: Database, hub: TransitionHub, clock: ManualClock
+) -> None:
+    """Half the todos are A2A tasks (claimed and acked on the loop, under the asyncio writer lock, with
+    the in-transaction handler), half plain (the writer thread), all on one endpoint and one file, while
+    a loop-side ``Database.begin()`` transaction writes too: every todo is claimed once and done, within
+    a bound (each side waits for the other only in SQLite's busy handler)."""
+    (ep,) = await _endpoints(database, clock, 1)
+    store = TodoStore(database, hub, clock)
+    tasks_ = (await store.create(_todos(ep, 30, source=A2A_SOURCE))).created
+    plain = (await store.create(_todos(ep, 30))).created
+    handled: list[str] = []
+
+    async def handler(_conn: AsyncConnection, transitions: Any) -> None:
+        handled.extend(t.todo_id for t in transitions if may_be_task(t))
+
+    hub.add_in_transaction(handler, wants=may_be_task)
+    claimed: list[str] = []
+
+    async def consumer() -> None:
+        while (row := await store.claim_next(ep, ["inbox"], 60)) is not None:
+            claimed.append(row.id)
+            assert await store.ack(ep, row.id, None) is not None
+
+    async def other_writer() -> None:
+        for i in range(20):
+            async with database.begin() as conn:
+                await conn.execute(
+                    text(
+                        "INSERT INTO humans (id, email, password_hash, created_at) VALUES (:id, :e, 'x', 1)"
+                    ),
+                    {"id": f"h_other_{i}", "e": f"other{i}@example.test"},
+                )
+                await asyncio.sleep(0.001)  # holds the write lock across loop turns, as ingest does
+
+    await asyncio.wait_for(asyncio.gather(other_writer(), *(consumer() for _ in range(16))), 60)
+    assert sorted(claimed) == sorted(tasks_ + plain)
+    assert sorted(handled) == sorted(tasks_ * 2)  # each task's claim and ack, in their transactions
+    # Both paths ran: the plain moves (and the empty last claims) on the writer, unless a declined
+    # claim's retry on the loop picked a plain todo after another claimer took the task first.
+    assert len(plain) <= _writer(database).works <= 2 * len(plain) + 16
