@@ -181,8 +181,9 @@ class Conf:
         if int(self.spec.settings.get("notify_hook_ceiling", 5)) == 0:
             return 0
         processes = int(self.spec.settings.get("notify_processes", min(os.cpu_count() or 1, 4)))
-        # never more children than queue slots: the instance's queue is split between them
-        return min(processes, int(self.spec.settings.get("notify_queue_size", 10_000)))
+        # never more children than queue slots or concurrent attempts: the instance's are split between them
+        queue = int(self.spec.settings.get("notify_queue_size", 10_000))
+        return min(processes, queue, int(self.spec.settings.get("notify_workers", 32)))
 
     def restart(self, **settings: str | int | float) -> None:
         """Stop gracefully and start again on the same data with ``settings`` changed."""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -113,17 +113,9 @@ class Database:
     @asynccontextmanager
     async def begin(self) -> AsyncIterator[AsyncConnection]:
         """A write transaction; driver errors come out as store errors."""
-        try:
+        with store_errors():
             async with self._writer.begin() as conn:
                 yield conn
-        except IntegrityError as exc:
-            raise Conflict(_short(exc)) from exc
-        except (OperationalError, InterfaceError, OSError, ConnectionError) as exc:
-            raise StoreUnavailable("database unavailable") from exc
-        except DBAPIError as exc:
-            if exc.connection_invalidated:
-                raise StoreUnavailable("database unavailable") from exc
-            raise
 
     async def write_returning(
         self, statement: UpdateBase, params: Mapping[str, Any]
@@ -205,27 +197,12 @@ class Database:
         SQLAlchemy statement machinery per call). BEGIN and COMMIT are asyncpg's own; anything raised
         inside rolls back. Errors come out as store errors, as from :meth:`begin`."""
         assert not self.is_sqlite
-        try:
+        with store_errors():
             async with self._plain.connect() as conn:
                 raw = await conn.get_raw_connection()
                 driver: Any = raw.driver_connection  # asyncpg.Connection
                 async with driver.transaction():
                     yield conn, driver
-        except (IntegrityError, asyncpg.IntegrityConstraintViolationError) as exc:
-            raise Conflict(_short(exc)) from exc
-        except (
-            OperationalError,
-            InterfaceError,
-            OSError,
-            ConnectionError,
-            asyncpg.PostgresConnectionError,
-            asyncpg.InterfaceError,
-        ) as exc:
-            raise StoreUnavailable("database unavailable") from exc
-        except DBAPIError as exc:
-            if exc.connection_invalidated:
-                raise StoreUnavailable("database unavailable") from exc
-            raise
 
     def _compiled_sql(self, statement: UpdateBase) -> _Compiled:
         """SQL text, parameter order and the values of the statement's own literals (its defaults)."""
@@ -382,6 +359,29 @@ def _sqlite_pragmas(engine: AsyncEngine) -> None:
         if options.get("switchboard_plain", False):
             return  # Database.fetch: one statement in autocommit
         conn.exec_driver_sql("BEGIN IMMEDIATE" if options.get("switchboard_write", False) else "BEGIN")
+
+
+@contextmanager
+def store_errors() -> Iterator[None]:
+    """Driver errors as store errors: a constraint is :class:`Conflict`, a lost or refused connection
+    :class:`StoreUnavailable` (whether SQLAlchemy or asyncpg itself raised it); anything else as is."""
+    try:
+        yield
+    except (IntegrityError, asyncpg.IntegrityConstraintViolationError) as exc:
+        raise Conflict(_short(exc)) from exc
+    except (
+        OperationalError,
+        InterfaceError,
+        OSError,
+        ConnectionError,
+        asyncpg.PostgresConnectionError,
+        asyncpg.InterfaceError,
+    ) as exc:
+        raise StoreUnavailable("database unavailable") from exc
+    except DBAPIError as exc:
+        if exc.connection_invalidated:
+            raise StoreUnavailable("database unavailable") from exc
+        raise
 
 
 def _short(exc: Exception) -> str:
