@@ -32,7 +32,7 @@ from switchboard.store.relay import ClusterRelay
 # so under ingest it buys little beyond the pages of the statement at hand (a claim or an insert
 # touches a few dozen), while each pooled connection filled its own 2 MiB: about 12 MiB of scenario 3's
 # RSS growth (docs/benchmarks.md, issue 18). The OS page cache still holds the file.
-SERVER_PAGE_CACHE_KIB = 512
+SERVER_PAGE_CACHE_KIB = 256  # as the notify worker processes (PAGE_CACHE_KIB)
 
 if TYPE_CHECKING:
     from switchboard.mcp.tools import ToolRegistrar
