@@ -393,20 +393,17 @@ def _s4_lines(s4: dict[str, Any], r: dict[str, Any]) -> list[str]:
     lines = [f"   claim p50 {r['claim_latency']['p50']:.1f} ms, p99 {r['claim_latency']['p99']:.1f} ms"]
     variants, ratios = r.get("variants", {}), r.get("ratios", {})
     legacy = variants.get("one_legacy", {})
-    if "todos_per_second" in legacy:
-        lines.append(
-            f"   the same in the handshake era, MCP {legacy['era']} (information): "
-            f"{legacy['todos_per_second']:,.0f} todos/s, claim p99 {legacy['claim_latency']['p99']:.1f} ms, "
-            f"double claims {legacy['double_claims']}"
-            + (f"; Switchboard / pgqueuer {ratios['one_legacy']:.2f}x" if "one_legacy" in ratios else "")
-        )
-    combined = variants.get("combined", {})
-    if "todos_per_second" in combined:
-        lines.append(
-            f"   claim_next with ack (one call per todo): {combined['todos_per_second']:,.0f} todos/s, claim p99 "
-            f"{combined['claim_latency']['p99']:.1f} ms, double claims {combined['double_claims']}"
-            + (f"; Switchboard / pgqueuer {ratios['combined']:.2f}x" if "combined" in ratios else "")
-        )
+    for key, label in (
+        ("one_legacy", f"the same in the handshake era, MCP {legacy.get('era', '')} (information)"),
+        ("combined", "claim_next with ack (one call per todo)"),
+    ):
+        x = variants.get(key, {})
+        if "todos_per_second" in x:
+            lines.append(
+                f"   {label}: {x['todos_per_second']:,.0f} todos/s, claim p99 {x['claim_latency']['p99']:.1f} ms, "
+                f"double claims {x['double_claims']}"
+                + (f"; Switchboard / pgqueuer {ratios[key]:.2f}x" if key in ratios else "")
+            )
     peer = variants.get("pgqueuer_1", {})
     if "jobs_per_second" in peer:
         lines.append(

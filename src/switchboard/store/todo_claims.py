@@ -210,7 +210,6 @@ class TodoClaims:
             return []
         now = self.clock.now()
         lease, now_ms = ms(now + lease_seconds), ms(now)
-        instance = self.hub.instance_id[:100] or None
         if self.db.is_sqlite:
             params: dict[str, Any] = {
                 "endpoint_id": endpoint_id,
@@ -227,15 +226,10 @@ class TodoClaims:
                 min(limit, MAX_BATCH),
                 lease,
                 now_ms,
-                instance,
+                self._instance(),
                 [new_id("te") for _ in range(min(limit, MAX_BATCH))],
             )
-            async with self.db.pg_transaction() as (conn, driver):
-                rows = _order([Moved(*r) for r in await driver.fetch(_CLAIM_PG, *args)])
-                transitions = self._transitions(rows, "claimed", now)
-                self._answer(rows, answer)
-                if transitions:
-                    await self.hub.run_in_transaction(conn, transitions)
+            rows, transitions = await self._pg_move(_CLAIM_PG, args, "claimed", now, answer)
         self.hub.publish(transitions)
         return rows
 
@@ -253,7 +247,6 @@ class TodoClaims:
             return []
         now = self.clock.now()
         now_ms = ms(now)
-        instance = self.hub.instance_id[:100] or None
         ordered = sorted(given)  # one lock order for every batch: concurrent acks cannot deadlock
         if self.db.is_sqlite:
             params: dict[str, Any] = {
@@ -269,13 +262,9 @@ class TodoClaims:
                 [given[t] for t in ordered],
                 [new_id("te") for _ in ordered],
                 now_ms,
-                instance,
+                self._instance(),
             )
-            async with self.db.pg_transaction() as (conn, driver):
-                rows = _order([Moved(*r) for r in await driver.fetch(_ACK_PG, *args)])
-                transitions = self._transitions(rows, "done", now)
-                if transitions:
-                    await self.hub.run_in_transaction(conn, transitions)
+            rows, transitions = await self._pg_move(_ACK_PG, args, "done", now, None)
         self.hub.publish(transitions)
         return rows
 
@@ -285,6 +274,19 @@ class TodoClaims:
             todos.c.endpoint_id == endpoint_id, todos.c.id.in_(list(dict.fromkeys(ids)))
         )
         return {str(r.id): str(r.status) for r in await self.db.fetch(stmt)}
+
+    async def _pg_move(
+        self, sql: str, args: tuple[Any, ...], transition: str, now: float, answer: Answer | None
+    ) -> tuple[list[Moved], list[Transition]]:
+        """A claim or an ack on PostgreSQL: the statement on asyncpg, in a transaction the hub's
+        in-transaction handlers join (their writes commit or roll back with the move)."""
+        async with self.db.pg_transaction() as (conn, driver):
+            rows = _order([Moved(*r) for r in await driver.fetch(sql, *args)])
+            transitions = self._transitions(rows, transition, now)
+            self._answer(rows, answer)
+            if transitions:
+                await self.hub.run_in_transaction(conn, transitions)
+        return rows, transitions
 
     async def _sqlite_move(
         self,
