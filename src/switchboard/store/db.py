@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,23 +92,33 @@ class Database:
         # order, instead of each holding a pooled connection asleep in SQLite's busy handler.
         self._sqlite_writer = asyncio.Lock()
         self._group_writer: SqliteWriter | None = None  # the claim path's, made on first use
+        self._writer_setup: list[Callable[[sqlite3.Connection], Any]] = []  # run on its connection
 
     @property
     def dialect(self) -> str:
         return self.engine.dialect.name
 
-    def cap_page_cache(self, kib: int) -> None:
+    def cap_page_cache(self, kib: int, *, writer: bool = False) -> None:
         """SQLite: hold at most ``kib`` KiB of pages per connection from now on (SQLite's default is
-        2,000 KiB per connection, filled by whatever the connection writes). For a process whose
-        database work is small reads and appends, like the notify worker's. No-op on PostgreSQL."""
+        2,000 KiB per connection, filled by whatever the connection writes); with ``writer``, the
+        group-commit writer's connection too. For a process whose database work is small reads and
+        appends, like the notify worker's (its delivery log appends in the writer). No-op on
+        PostgreSQL."""
         if not self.is_sqlite:
             return
+        pragma = f"PRAGMA cache_size=-{int(kib)}"
 
         @event.listens_for(self.engine.sync_engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
             cur = dbapi_conn.cursor()
-            cur.execute(f"PRAGMA cache_size=-{int(kib)}")
+            cur.execute(pragma)
             cur.close()
+
+        if not writer:
+            return
+        self._writer_setup.append(lambda conn: conn.execute(pragma).close())
+        if self._group_writer is not None:  # its connection is opened by its first batch
+            self._group_writer.on_connect(self._writer_setup[-1])
 
     @asynccontextmanager
     async def begin(self) -> AsyncIterator[AsyncConnection]:
@@ -186,6 +196,8 @@ class Database:
             if not db_path or db_path == ":memory:" or db_path.startswith("file:") or self.engine.url.query:
                 return None
             self._group_writer = SqliteWriter(Path(db_path))
+            for setup in self._writer_setup:
+                self._group_writer.on_connect(setup)
         return self._group_writer
 
     @asynccontextmanager

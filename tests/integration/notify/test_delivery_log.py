@@ -3,7 +3,9 @@ PostgreSQL (the ``database`` fixture runs each test on both)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sqlite3
 from pathlib import Path
 
 from sqlalchemy import select
@@ -65,6 +67,48 @@ async def test_recent_is_per_endpoint_and_carries_no_body(database: Database) ->
         row = (await conn.execute(select(notify_deliveries))).first()
     assert row is not None
     assert set(json.loads(row.attempts)[0]) == {"n", "at", "status", "error", "ms"}
+
+
+async def test_a_write_never_holds_sqlites_lock_while_the_event_loop_is_busy(tmp_path: Path) -> None:
+    """SPEC-0024 REQ-7: the notify worker appends its records while the server ingests into the same
+    SQLite file. Between every turn of this event loop another connection (as the server's ingest)
+    asks for the write lock, blocking the loop meanwhile, as a busy worker's loop is blocked: it must
+    always get it within its busy timeout. A transaction held across the loop's turns (BEGIN, INSERT
+    and COMMIT as three trips to the driver's thread) would keep it waiting until the loop turned,
+    which it cannot while it waits: the request would time out."""
+    database = Database(f"sqlite+aiosqlite:///{tmp_path / 'switchboard.db'}")
+    await database.migrate()
+    path = str(tmp_path / "switchboard.db")
+    try:
+        log = DeliveryLog(database)
+        await log.write([record(0)])  # the connections are open before the measured writes
+        waits = refused = 0
+        for batch in range(5):
+            task = asyncio.create_task(
+                log.write([record(i) for i in range(batch * 100 + 1, batch * 100 + 101)])
+            )
+            while not task.done():
+                probe = sqlite3.connect(path, timeout=1.0, isolation_level=None)
+                try:
+                    probe.execute("BEGIN IMMEDIATE")
+                    probe.execute("ROLLBACK")
+                except sqlite3.OperationalError:
+                    refused += 1
+                finally:
+                    probe.close()
+                waits += 1
+                await asyncio.sleep(0)
+            await task
+        assert waits >= 5  # the probe ran while the writes were under way
+        assert refused == 0
+        assert await log.count() == 501
+        async with database.read() as conn:  # every row once, in the order written (multi-row INSERTs)
+            ids = (
+                await conn.execute(select(notify_deliveries.c.id).order_by(notify_deliveries.c.seq))
+            ).scalars()
+            assert list(ids) == [f"msg_{i:05d}" for i in range(501)]
+    finally:
+        await database.dispose()
 
 
 async def test_the_worker_process_logs_every_notification_and_the_server_prunes_to_the_limit(
