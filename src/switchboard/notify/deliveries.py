@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
-import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,9 +31,9 @@ PER_STATEMENT = 500  # rows of one INSERT (SQLite's bound-parameter limit stays 
 SHOWN = 20  # deliveries an endpoint card shows per hook
 
 _D = notify_deliveries.c
-# The columns a record writes (``seq`` is the table's own), and the writer thread's INSERTs.
+# The columns a record writes (``seq`` is the table's own), and SQLite's INSERTs of them.
 _APPENDED = tuple(c.name for c in notify_deliveries.c if c.name != "seq")
-#: Rows per INSERT in the writer thread: a batch is split into these (largest first), so a few
+#: Rows per INSERT on SQLite: a batch is split into these (largest first), so a few
 #: statements are ever prepared, each inserting its rows in one step.
 APPEND_SIZES = (256, 128, 64, 32, 16, 8, 4, 2, 1)
 
@@ -45,15 +44,13 @@ def _append_sql(rows: int) -> str:
     return f"INSERT INTO {notify_deliveries.name} ({', '.join(_APPENDED)}) VALUES {', '.join([one] * rows)}"
 
 
-def _append(rows: list[tuple[Any, ...]], conn: sqlite3.Connection) -> None:
-    """The writer thread's part, inside its transaction. Multi-row statements, not ``executemany``:
-    each statement is one step, and between two steps the thread takes the GIL back (up to the switch
-    interval, 5 ms, in a busy process) while SQLite's write lock stays held."""
+def _appends(rows: list[dict[str, Any]]) -> Iterator[tuple[str, list[Any]]]:
+    """The INSERTs of ``rows``, in order, split into ``APPEND_SIZES`` (largest first): each statement is
+    one step, whatever its row count, and only these few statements are ever prepared."""
     start = 0
     for size in APPEND_SIZES:
         while len(rows) - start >= size:
-            chunk = rows[start : start + size]
-            conn.execute(_append_sql(size), [v for row in chunk for v in row]).close()
+            yield _append_sql(size), [row[name] for row in rows[start : start + size] for name in _APPENDED]
             start += size
 
 
@@ -121,20 +118,20 @@ class DeliveryLog:
         self.db = db
 
     async def write(self, records: Sequence[DeliveryRecord]) -> None:
-        """One INSERT per ``PER_STATEMENT`` records (one per flush in practice), in one transaction.
+        """PostgreSQL: one INSERT per ``PER_STATEMENT`` records (one per flush in practice), in one
+        transaction.
 
-        On a SQLite file the transaction runs in the group-commit writer's thread, BEGIN IMMEDIATE to
-        COMMIT in one call (store/sqlite_writer.py): SQLite's write lock is held only while SQLite
-        appends the rows. Through ``Database.begin`` it was held across three trips between the event
-        loop and the driver's thread; in a busy notify worker (a dead receiver's failures are records
-        too) that was milliseconds, tens under load, while the server's ingest waited for the lock in
-        SQLite's busy handler (SPEC-0024 REQ-7, scenario 1 of docs/benchmarks.md)."""
+        On SQLite the rows go as multi-row INSERTs, each its own autocommit transaction
+        (``Database.sqlite_autocommit``): the write lock is taken and released inside one SQLite call.
+        In one transaction through ``Database.begin`` it was held across three trips between the event
+        loop and the driver's thread: in a busy notify worker (a dead receiver's failures are records
+        too) milliseconds, tens under load, while the server's ingest waited for the lock in SQLite's
+        busy handler (SPEC-0024 REQ-7, scenario 1 of docs/benchmarks.md). The records are independent
+        rows; a failure part way leaves the earlier statements' rows, and is logged by the caller."""
         if not records:
             return
-        writer = self.db.sqlite_writer() if self.db.is_sqlite else None
-        if writer is not None:
-            rows = [tuple(row[name] for name in _APPENDED) for row in (r.row() for r in records)]
-            await writer.run(functools.partial(_append, rows))
+        if self.db.is_sqlite:
+            await self.db.sqlite_autocommit(list(_appends([r.row() for r in records])))
             return
         async with self.db.begin() as conn:
             for start in range(0, len(records), PER_STATEMENT):

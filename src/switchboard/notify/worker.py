@@ -36,8 +36,7 @@ METRICS_INTERVAL = 0.5
 NICENESS = 10  # added to the server's: under contention the server gets about 9 parts in 10 of a core
 # SQLite pages kept per connection. The worker reads hooks and appends health and delivery-log rows; at
 # SQLite's default (2,000 KiB per connection) a flood of dropped notifications, each one a delivery-log
-# row, filled every pooled connection's cache: about 5 MiB more per worker under scenario 3's 100k. The
-# group-commit writer's connection, where the delivery log is appended, is capped alike.
+# row, filled every pooled connection's cache: about 5 MiB more per worker under scenario 3's 100k.
 PAGE_CACHE_KIB = 256
 
 
@@ -62,7 +61,7 @@ async def run(
     hello = json.loads(first)["hello"]
     settings = Settings.model_validate(hello["settings"])
     services = build_services(settings, resolver=resolver, ssl_context=ssl_context)
-    services.db.cap_page_cache(PAGE_CACHE_KIB, writer=True)
+    services.db.cap_page_cache(PAGE_CACHE_KIB)
     hooks = hook_store(services)
     dispatcher = build_dispatcher(
         services,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,33 +92,23 @@ class Database:
         # order, instead of each holding a pooled connection asleep in SQLite's busy handler.
         self._sqlite_writer = asyncio.Lock()
         self._group_writer: SqliteWriter | None = None  # the claim path's, made on first use
-        self._writer_setup: list[Callable[[sqlite3.Connection], Any]] = []  # run on its connection
 
     @property
     def dialect(self) -> str:
         return self.engine.dialect.name
 
-    def cap_page_cache(self, kib: int, *, writer: bool = False) -> None:
+    def cap_page_cache(self, kib: int) -> None:
         """SQLite: hold at most ``kib`` KiB of pages per connection from now on (SQLite's default is
-        2,000 KiB per connection, filled by whatever the connection writes); with ``writer``, the
-        group-commit writer's connection too. For a process whose database work is small reads and
-        appends, like the notify worker's (its delivery log appends in the writer). No-op on
-        PostgreSQL."""
+        2,000 KiB per connection, filled by whatever the connection writes). For a process whose
+        database work is small reads and appends, like the notify worker's. No-op on PostgreSQL."""
         if not self.is_sqlite:
             return
-        pragma = f"PRAGMA cache_size=-{int(kib)}"
 
         @event.listens_for(self.engine.sync_engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
             cur = dbapi_conn.cursor()
-            cur.execute(pragma)
+            cur.execute(f"PRAGMA cache_size=-{int(kib)}")
             cur.close()
-
-        if not writer:
-            return
-        self._writer_setup.append(lambda conn: conn.execute(pragma).close())
-        if self._group_writer is not None:  # its connection is opened by its first batch
-            self._group_writer.on_connect(self._writer_setup[-1])
 
     @asynccontextmanager
     async def begin(self) -> AsyncIterator[AsyncConnection]:
@@ -156,6 +146,28 @@ class Database:
         except (sqlite3.Error, OperationalError, InterfaceError, OSError) as exc:
             raise StoreUnavailable("database unavailable") from exc
         return [tuple(row) for row in rows]
+
+    async def sqlite_autocommit(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        """SQLite only: raw statements (no RETURNING), each in autocommit as its own transaction, in
+        order, on one pooled connection: one trip to the driver's thread per statement.
+
+        Such a statement is one ``sqlite3_step``, and SQLite takes and releases its write lock inside
+        that one call, while the GIL is released: the lock is never held while a thread of this process
+        waits for the GIL or for the event loop's next turn. A transaction from ``begin()`` holds it
+        across both (three trips), and every step of a longer transaction or of a RETURNING fetch waits
+        for the GIL with the lock held (up to the switch interval, 5 ms, in a busy process). For rows
+        that need no atomicity with each other, like the delivery log's."""
+        assert self.is_sqlite
+        try:
+            async with self.engine.connect() as conn:
+                raw = await conn.get_raw_connection()
+                driver: Any = raw.driver_connection  # the aiosqlite connection, in autocommit
+                for sql, args in statements:
+                    await driver.execute_fetchall(sql, tuple(args))
+        except sqlite3.IntegrityError as exc:
+            raise Conflict(str(exc).splitlines()[0][:200]) from exc
+        except (sqlite3.Error, OperationalError, InterfaceError, OSError) as exc:
+            raise StoreUnavailable("database unavailable") from exc
 
     @asynccontextmanager
     async def sqlite_transaction(self) -> AsyncIterator[tuple[AsyncConnection, Any]]:
@@ -196,8 +208,6 @@ class Database:
             if not db_path or db_path == ":memory:" or db_path.startswith("file:") or self.engine.url.query:
                 return None
             self._group_writer = SqliteWriter(Path(db_path))
-            for setup in self._writer_setup:
-                self._group_writer.on_connect(setup)
         return self._group_writer
 
     @asynccontextmanager

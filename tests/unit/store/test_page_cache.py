@@ -5,7 +5,6 @@ KiB on every pooled connection: scenario 3 of docs/benchmarks.md). PostgreSQL ha
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import text
 
@@ -60,23 +59,3 @@ async def test_the_servers_connections_are_capped_too(tmp_path: Path) -> None:
         assert await _cache_sizes(services.db, 3) == [-SERVER_PAGE_CACHE_KIB] * 3
     finally:
         await services.close()
-
-
-async def test_the_writer_connection_is_capped_when_asked(tmp_path: Path) -> None:
-    """The notify worker appends its delivery log through the group-commit writer (its own connection):
-    ``writer=True`` caps that connection too; without it the writer keeps SQLite's default."""
-
-    def cache_size(conn: Any) -> int:
-        return int(conn.execute("PRAGMA cache_size").fetchone()[0])
-
-    for asked in (True, False):
-        database = Database(f"sqlite+aiosqlite:///{tmp_path / f'writer-{asked}.db'}")
-        database.secure_files()  # the writer opens an existing file only
-        database.cap_page_cache(256, writer=asked)
-        try:
-            writer = database.sqlite_writer()
-            assert writer is not None
-            size = await writer.run(cache_size)
-            assert (size == -256) is asked
-        finally:
-            await database.dispose()
