@@ -12,6 +12,9 @@ keep the guarantees the real change would have to keep; none is used by ``python
   ``httpcore_transport`` undo shipped changes, so what each buys is measured side by side with the shipped
   code. ``worker_sched_idle`` tries ``SCHED_IDLE`` for the worker processes instead of niceness +10. (The earlier what-ifs ``keepalive``, ``match_cache`` and
   ``lazy_health`` were removed once keep-alive, batch matching and folded health writes shipped.)
+* ``sqlite_lock_trace`` is a meter, not a what-if: each process (server and notify workers) writes the
+  time of every ``BEGIN IMMEDIATE`` (the wait for SQLite's write lock), every lock hold and every
+  autocommit write to a JSON file, so who held the lock while ingest waited can be counted.
 """
 
 from __future__ import annotations
@@ -152,3 +155,99 @@ def httpcore_transport() -> None:
     sys.modules[module.__name__] = module
     exec(compile(source, "switchboard/push/_transport_73d3131.py", "exec"), module.__dict__)
     switchboard.outbound.Sender = module.Sender  # type: ignore[attr-defined]
+
+
+@patch
+def sqlite_lock_trace() -> None:
+    """A meter, not a what-if: times every SQLite statement this process runs (every connection,
+    aiosqlite's and the group-commit writer's) and writes the totals to
+    ``$SWITCHBOARD_BENCH_TRACE_DIR/<pid>.json`` (default ``/tmp/switchboard-lock-trace``) twice a second.
+    ``BEGIN IMMEDIATE`` time is the wait for SQLite's write lock (the busy handler's sleeps);
+    ``hold`` runs from its return to ``COMMIT``/``ROLLBACK``'s; a write outside a transaction
+    (``Database.write_returning``) counts as its own transaction, its time as both wait and hold."""
+    import atexit
+    import json
+    import os
+    import sqlite3
+    import sys
+    import threading
+    import time
+    from pathlib import Path
+
+    folder = Path(os.environ.get("SWITCHBOARD_BENCH_TRACE_DIR", "/tmp/switchboard-lock-trace"))
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = threading.Lock()
+    stats: dict[str, list[tuple[float, float]]] = {}  # kind -> (start, ms): perf_counter is system-wide
+    opened: dict[int, float] = {}  # id(connection) -> when its transaction got the lock
+
+    def note(kind: str, start: float, ms: float) -> None:
+        with lock:
+            stats.setdefault(kind, []).append((round(start, 6), round(ms, 3)))
+
+    def timed(conn: sqlite3.Connection, sql: str, run: Callable[[], Any]) -> Any:
+        head = " ".join(sql.split()[:2]).upper()
+        words = set(sql.upper().split())
+        autocommit_write = not conn.in_transaction and bool(words & {"INSERT", "UPDATE", "DELETE"})
+        t0 = time.perf_counter()
+        try:
+            return run()
+        finally:
+            t1 = time.perf_counter()
+            ms = (t1 - t0) * 1000
+            if head.startswith("BEGIN IMMEDIATE"):
+                note("begin_immediate", t0, ms)
+                opened[id(conn)] = t1
+            elif head.startswith(("COMMIT", "END")) or head == "ROLLBACK":
+                note("commit", t0, ms)
+                since = opened.pop(id(conn), None)
+                if since is not None:
+                    note("hold", since, (t1 - since) * 1000)
+            elif autocommit_write:
+                note("autocommit_write", t0, ms)
+
+    class Cursor(sqlite3.Cursor):
+        def execute(self, sql: str, parameters: Any = (), /) -> Any:
+            return timed(self.connection, sql, lambda: super(Cursor, self).execute(sql, parameters))
+
+        def executemany(self, sql: str, seq: Any, /) -> Any:
+            return timed(self.connection, sql, lambda: super(Cursor, self).executemany(sql, seq))
+
+    class Connection(sqlite3.Connection):
+        def cursor(self, factory: Any = None) -> Any:  # type: ignore[override]
+            return super().cursor(factory or Cursor)
+
+        def execute(self, sql: str, parameters: Any = (), /) -> Any:  # type: ignore[override]
+            return self.cursor().execute(sql, parameters)
+
+        def executemany(self, sql: str, seq: Any, /) -> Any:  # type: ignore[override]
+            return self.cursor().executemany(sql, seq)
+
+        def commit(self) -> None:
+            timed(self, "COMMIT", super().commit)
+
+        def rollback(self) -> None:
+            timed(self, "ROLLBACK", super().rollback)
+
+    real_connect = sqlite3.connect
+
+    def connect(*args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("factory", Connection)
+        return real_connect(*args, **kwargs)
+
+    sqlite3.connect = connect  # type: ignore[assignment]
+    path = folder / f"{os.getpid()}.json"
+
+    def dump() -> None:
+        with lock:
+            data = {k: list(v) for k, v in stats.items()}
+        path.write_text(
+            json.dumps({"pid": os.getpid(), "ppid": os.getppid(), "argv": sys.argv, "stats": data})
+        )
+
+    def loop() -> None:
+        while True:
+            time.sleep(0.5)
+            dump()
+
+    threading.Thread(target=loop, daemon=True, name="lock-trace").start()
+    atexit.register(dump)
