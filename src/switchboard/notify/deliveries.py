@@ -33,25 +33,29 @@ SHOWN = 20  # deliveries an endpoint card shows per hook
 _D = notify_deliveries.c
 # The columns a record writes (``seq`` is the table's own), and SQLite's INSERTs of them.
 _APPENDED = tuple(c.name for c in notify_deliveries.c if c.name != "seq")
-#: Rows per INSERT on SQLite: a batch is split into these (largest first), so a few
-#: statements are ever prepared, each inserting its rows in one step.
-APPEND_SIZES = (256, 128, 64, 32, 16, 8, 4, 2, 1)
+#: Rows per INSERT on SQLite. A flush's records go as one statement of the smallest size that holds
+#: them (256 at most per statement), its unused rows NULL and filtered out, so each connection prepares
+#: at most these few statements and a flush takes the write lock once (per 256 records).
+APPEND_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 @functools.cache
 def _append_sql(rows: int) -> str:
     one = f"({', '.join('?' for _ in _APPENDED)})"
-    return f"INSERT INTO {notify_deliveries.name} ({', '.join(_APPENDED)}) VALUES {', '.join([one] * rows)}"
+    return (
+        f"INSERT INTO {notify_deliveries.name} ({', '.join(_APPENDED)}) "
+        f"SELECT * FROM (VALUES {', '.join([one] * rows)}) WHERE column1 IS NOT NULL"  # column1: id
+    )
 
 
 def _appends(rows: list[dict[str, Any]]) -> Iterator[tuple[str, list[Any]]]:
-    """The INSERTs of ``rows``, in order, split into ``APPEND_SIZES`` (largest first): each statement is
-    one step, whatever its row count, and only these few statements are ever prepared."""
-    start = 0
-    for size in APPEND_SIZES:
-        while len(rows) - start >= size:
-            yield _append_sql(size), [row[name] for row in rows[start : start + size] for name in _APPENDED]
-            start += size
+    """The INSERTs of ``rows``, in order: one per ``APPEND_SIZES[-1]`` rows, each one step."""
+    width = len(_APPENDED)
+    for start in range(0, len(rows), APPEND_SIZES[-1]):
+        chunk = rows[start : start + APPEND_SIZES[-1]]
+        size = next(n for n in APPEND_SIZES if n >= len(chunk))
+        args = [row[name] for row in chunk for name in _APPENDED]
+        yield _append_sql(size), args + [None] * (width * (size - len(chunk)))
 
 
 @dataclass(slots=True)

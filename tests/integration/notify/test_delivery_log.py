@@ -47,6 +47,16 @@ async def test_after_n_plus_100_notifications_with_a_limit_of_n_the_table_holds_
     assert kept == [f"msg_{i:05d}" for i in range(100, LIMIT + 100)]  # the newest stay
 
 
+async def test_a_flush_of_more_rows_than_one_statement_holds_writes_them_all_in_order(
+    database: Database,
+) -> None:
+    log = DeliveryLog(database)
+    await log.write([record(i) for i in range(300)])  # on SQLite: 256 rows, then 44 padded to 64
+    async with database.read() as conn:
+        ids = (await conn.execute(select(notify_deliveries.c.id).order_by(notify_deliveries.c.seq))).scalars()
+        assert list(ids) == [f"msg_{i:05d}" for i in range(300)]
+
+
 async def test_age_bound_and_zero_rows(database: Database) -> None:
     log = DeliveryLog(database)
     await log.write([record(i, at=1_000) for i in range(10)] + [record(i, at=9_000) for i in range(10, 15)])
