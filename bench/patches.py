@@ -152,3 +152,58 @@ def httpcore_transport() -> None:
     sys.modules[module.__name__] = module
     exec(compile(source, "switchboard/push/_transport_73d3131.py", "exec"), module.__dict__)
     switchboard.outbound.Sender = module.Sender  # type: ignore[attr-defined]
+
+
+@patch
+def tail_probe() -> None:
+    """Not a what-if: records GC pauses, the SQLite writer's batches, loop stalls and loop-side writes
+    (bench/tailprobe.py), for scenario 4's claim tail (``BENCH_S4_PATCHES=tail_probe``)."""
+    if _in_worker():
+        return  # the server's process only
+    from bench import tailprobe
+
+    tailprobe.install()
+
+
+def _after_startup(action: Callable[[], None]) -> None:
+    import uvicorn
+
+    startup = uvicorn.Server.startup
+
+    async def patched(self: Any, sockets: Any = None) -> None:
+        await startup(self, sockets=sockets)
+        action()
+
+    uvicorn.Server.startup = patched  # type: ignore[method-assign]
+
+
+@patch
+def gc_freeze() -> None:
+    """What-if: collect, then ``gc.freeze()`` once the server is up (imports, settings, app built)."""
+    import gc
+
+    def freeze() -> None:
+        gc.collect()
+        gc.freeze()
+
+    if not _in_worker():
+        _after_startup(freeze)
+
+
+@patch
+def switch_interval() -> None:
+    """What-if: the GIL's switch interval at 0.5 ms (CPython's default is 5 ms) in the server process."""
+    import sys
+
+    if not _in_worker():
+        sys.setswitchinterval(0.0005)
+
+
+@patch
+def no_autocheckpoint() -> None:
+    """What-if (measurement only: the WAL grows unbounded): no WAL auto-checkpoint on any connection."""
+    from switchboard.store import db as dbmod
+    from switchboard.store import sqlite_writer as sw
+
+    sw.PRAGMAS = (*sw.PRAGMAS, "PRAGMA wal_autocheckpoint=0")
+    dbmod.PRAGMAS = sw.PRAGMAS  # type: ignore[attr-defined]

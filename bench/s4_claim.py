@@ -89,6 +89,13 @@ DB_CHECK = (
 )
 
 
+def _only(part: str) -> bool:
+    """``BENCH_S4_ONLY=sqlite`` (or ``postgres``) runs that part of the scenario alone, unchanged: for
+    work on one backend's claim path. Unset, both run (and the floor), as ``python -m bench`` needs."""
+    only = os.environ.get("BENCH_S4_ONLY", "")
+    return not only or only == part
+
+
 def _spy(pid: int, name: str) -> None:
     """With ``BENCH_S4_PROFILE=<folder>``, record ``pid`` with py-spy for 5 s into ``<folder>/<name>.json``
     (speedscope): where a variant's server time goes (py-spy is not a dependency)."""
@@ -181,6 +188,9 @@ async def _sqlite(b: Bench, todos: int) -> dict[str, Any]:
     endpoints of its own (loaded through a fan-out source of its own just before it runs)."""
     b.progress.phase("s4 claim: SQLite setup", 10)
     server = b.server("s4-sqlite", b.settings("s4-sqlite", mcp_rate_per_minute=MCP_RATE_PER_MINUTE))
+    # BENCH_S4_PATCHES: bench patches for the SQLite server (bench/patches.py; a diagnostic such as
+    # tail_probe). Never set by python -m bench.
+    server.patches = [p for p in os.environ.get("BENCH_S4_PATCHES", "").split(",") if p]
     world = await build_world(
         server.settings,
         endpoints=3 * ENDPOINTS,  # one set per era, and one for the warm-up
@@ -210,11 +220,20 @@ async def _sqlite_variant(
     meter.start()
     _spy(server.pid, f"sqlite-{era}")
     spec = {"agents": agents, "max_seconds": MAX_SECONDS, "modern": era == ERA}
+    window = [time.time()]
     result = await b.client.run("mcp_claim", spec)
+    window.append(time.time())
     cpu = meter.stop()
     db = sqlite_rows(server.settings["data_dir"], _db_check(endpoints))[0]
     info.pop("name")
-    return {"instances": 1, "agents": len(agents), **_combine([result], db, loaded), "cpu": cpu, **info}
+    return {
+        "instances": 1,
+        "agents": len(agents),
+        **_combine([result], db, loaded),
+        "cpu": cpu,
+        "window": window,  # wall clock, to cut a diagnostic's record (bench/tailprobe.py) to this run
+        **info,
+    }
 
 
 class _Cluster:
@@ -475,9 +494,9 @@ async def run(b: Bench) -> dict[str, Any]:
         "batch": BATCH,
         "era": ERA,
         "legacy_era": LEGACY_ERA,
-        "sqlite": await _sqlite(b, todos),
-        "postgres": await _postgres(b, todos),
-        "floor": await _floor(b),
+        "sqlite": await _sqlite(b, todos) if _only("sqlite") else {"skipped": "BENCH_S4_ONLY"},
+        "postgres": await _postgres(b, todos) if _only("postgres") else {"skipped": "BENCH_S4_ONLY"},
+        "floor": await _floor(b) if not os.environ.get("BENCH_S4_ONLY") else {"skipped": "BENCH_S4_ONLY"},
     }
 
 
