@@ -165,29 +165,15 @@ def tail_probe() -> None:
     tailprobe.install()
 
 
-def _after_startup(action: Callable[[], None]) -> None:
-    import uvicorn
-
-    startup = uvicorn.Server.startup
-
-    async def patched(self: Any, sockets: Any = None) -> None:
-        await startup(self, sockets=sockets)
-        action()
-
-    uvicorn.Server.startup = patched  # type: ignore[method-assign]
-
-
 @patch
-def gc_freeze() -> None:
-    """What-if: collect, then ``gc.freeze()`` once the server is up (imports, settings, app built)."""
-    import gc
+def no_gc_freeze() -> None:
+    """Undo a shipped change: the startup heap is not frozen (switchboard/heap.py), as before."""
+    import sys
 
-    def freeze() -> None:
-        gc.collect()
-        gc.freeze()
+    def nothing() -> int:
+        return 0
 
-    if not _in_worker():
-        _after_startup(freeze)
+    sys.modules["__main__"].freeze_startup_heap = nothing  # type: ignore[attr-defined]  # bench.server
 
 
 @patch
