@@ -193,3 +193,19 @@ def no_autocheckpoint() -> None:
 
     sw.PRAGMAS = (*sw.PRAGMAS, "PRAGMA wal_autocheckpoint=0")
     dbmod.PRAGMAS = sw.PRAGMAS  # type: ignore[attr-defined]
+
+
+@patch
+def writer_autocheckpoint() -> None:
+    """Undo a shipped change: the SQLite writer's COMMIT runs SQLite's auto-checkpoint (1,000 pages)
+    again, and no checkpointer thread runs beside it."""
+    from switchboard.store.sqlite_writer import SqliteWriter
+
+    init = SqliteWriter.__init__
+
+    def patched(self: SqliteWriter, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        self.checkpoint_commits = 10**12
+        self.on_connect(lambda conn: conn.execute("PRAGMA wal_autocheckpoint=1000") and None)
+
+    SqliteWriter.__init__ = patched  # type: ignore[method-assign]

@@ -87,9 +87,12 @@ def _writer() -> None:
         t1 = time.perf_counter()
         try:
             outcomes = [self._one(conn, work) for work in works]
+            db_file = self._uri.split("?")[0].removeprefix("file://")
+            before = os.stat(db_file).st_mtime_ns
             t2 = time.perf_counter()
             conn.execute("COMMIT")
             t3 = time.perf_counter()
+            wrote_db = os.stat(db_file).st_mtime_ns != before  # a checkpoint ran (here or beside)
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
@@ -102,6 +105,7 @@ def _writer() -> None:
             begin=round((t1 - t0) * 1000, 3),
             works=round((t2 - t1) * 1000, 3),
             commit=round((t3 - t2) * 1000, 3),
+            ckpt=wrote_db,
         )
         return outcomes
 
@@ -209,6 +213,9 @@ def summary(path: str, start: float, end: float, claims: int) -> dict[str, Any]:
             "begin_over_5ms_per_1k_claims": round(sum(1 for e in batches if e["begin"] > 5) * per, 2),
             "commit_over_5ms_per_1k_claims": round(sum(1 for e in batches if e["commit"] > 5) * per, 2),
             "commit_over_20ms": sum(1 for e in batches if e["commit"] > 20),
+            # COMMITs during which the database file was written: a checkpoint ran in it (or beside it)
+            "commits_with_checkpoint_per_1k_claims": round(sum(1 for e in batches if e.get("ckpt")) * per, 2),
+            "commit_ms_with_checkpoint": sorted(e["commit"] for e in batches if e.get("ckpt")),
         }
     queued = [e["ms"] for e in events if e["k"] == "queued"]
     if queued:
