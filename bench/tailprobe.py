@@ -80,9 +80,15 @@ def _writer() -> None:
 
     cls = sw.SqliteWriter
 
+    last_end = [0.0]
+
     def commit(self: Any, works: list[Any]) -> list[Any]:
         conn = self._connection()
         t0 = time.perf_counter()
+        # How long the thread sat idle while work waited: from the later of the previous batch's end and
+        # this batch's oldest work's arrival, to this batch's start (the drainer's turn on the loop).
+        oldest = min((getattr(w, "queued", t0) for w in works), default=t0)
+        idle_with_work = (t0 - max(last_end[0], oldest)) * 1000
         conn.execute("BEGIN IMMEDIATE")
         t1 = time.perf_counter()
         try:
@@ -106,7 +112,9 @@ def _writer() -> None:
             works=round((t2 - t1) * 1000, 3),
             commit=round((t3 - t2) * 1000, 3),
             ckpt=wrote_db,
+            idle_with_work=round(idle_with_work, 3),
         )
+        last_end[0] = time.perf_counter()
         return outcomes
 
     cls._commit = commit  # type: ignore[method-assign]
@@ -118,6 +126,8 @@ def _writer() -> None:
         def wrapped(conn: Any) -> Any:
             _emit("queued", ms=round((time.perf_counter() - queued) * 1000, 3))
             return work(conn)
+
+        wrapped.queued = queued  # type: ignore[attr-defined]
 
         return await run(self, wrapped)
 
@@ -216,6 +226,10 @@ def summary(path: str, start: float, end: float, claims: int) -> dict[str, Any]:
             # COMMITs during which the database file was written: a checkpoint ran in it (or beside it)
             "commits_with_checkpoint_per_1k_claims": round(sum(1 for e in batches if e.get("ckpt")) * per, 2),
             "commit_ms_with_checkpoint": sorted(e["commit"] for e in batches if e.get("ckpt")),
+            **{
+                f"idle_with_work_{stat}": round(fn([e.get("idle_with_work", 0.0) for e in batches]), 2)
+                for stat, fn in (("p50", _p50), ("p99", _p99), ("max", max))
+            },
         }
     queued = [e["ms"] for e in events if e["k"] == "queued"]
     if queued:

@@ -404,3 +404,30 @@ async def test_a_checkpoint_that_fails_is_logged_and_the_next_one_runs(
         assert writer.checkpoints == 1 and writer.commits == 4 and len(failures()) == 1
     finally:
         await writer.close()
+
+
+async def test_the_writer_takes_the_next_batch_without_waiting_for_the_loop(database: Database) -> None:
+    """Work queued while a batch runs starts as soon as that batch commits, even while the event loop is
+    busy (a task on the loop used to start each batch: a turn of a busy loop with claims waiting)."""
+    writer = _writer(database)
+    started: dict[str, float] = {}
+
+    def work(name: str, hold: float) -> Any:
+        def run(conn: sqlite3.Connection) -> str:
+            started[name] = time.monotonic()
+            conn.execute("SELECT 1")
+            time.sleep(hold)
+            return name
+
+        return run
+
+    first = asyncio.create_task(writer.run(work("first", 0.2)))
+    while "first" not in started:
+        await asyncio.sleep(0.005)
+    second = asyncio.create_task(writer.run(work("second", 0.0)))
+    await asyncio.sleep(0)  # the second is queued behind the first's batch
+    stalled = time.monotonic()
+    time.sleep(0.6)  # the loop is busy (blocked) from here
+    resumed = time.monotonic()
+    assert await first == "first" and await second == "second"
+    assert stalled < started["second"] < resumed  # its batch ran during the stall
