@@ -209,3 +209,15 @@ def writer_autocheckpoint() -> None:
         self.on_connect(lambda conn: conn.execute("PRAGMA wal_autocheckpoint=1000") and None)
 
     SqliteWriter.__init__ = patched  # type: ignore[method-assign]
+
+
+@patch
+def no_savepoints() -> None:
+    """What-if, measurement only (a failing work would not be undone alone): the writer runs each work
+    without its SAVEPOINT and RELEASE, to price the two statements (and GIL hand-offs) they cost."""
+    from switchboard.store import sqlite_writer as sw
+
+    def one(conn: Any, work: Any) -> Any:
+        return sw._Outcome(value=work(conn))
+
+    sw.SqliteWriter._one = staticmethod(one)  # type: ignore[method-assign,assignment]
