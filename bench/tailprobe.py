@@ -138,6 +138,17 @@ def _loop_writes() -> None:
     from switchboard.store import db as dbmod
 
     cls = dbmod.Database
+    init = cls.__init__
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        from sqlalchemy import event
+
+        @event.listens_for(self.engine.sync_engine, "connect")
+        def _connect(_dbapi: Any, _record: Any) -> None:
+            _emit("connect")  # a new pooled connection (an aiosqlite thread and a connection)
+
+    cls.__init__ = counted  # type: ignore[method-assign]
     for name in ("begin", "sqlite_transaction"):
         original = getattr(cls, name)
 
@@ -234,6 +245,7 @@ def summary(path: str, start: float, end: float, claims: int) -> dict[str, Any]:
     queued = [e["ms"] for e in events if e["k"] == "queued"]
     if queued:
         out["queued"] = {"p50": round(_p50(queued), 2), "p99": round(_p99(queued), 2), "max": max(queued)}
+    out["pool_connects_per_1k_claims"] = round(sum(1 for e in events if e["k"] == "connect") * per, 2)
     lags = [e["ms"] for e in events if e["k"] == "lag"]
     out["loop_lag"] = {
         "over_5ms": len(lags),
