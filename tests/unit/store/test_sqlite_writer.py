@@ -421,13 +421,13 @@ async def test_the_writer_takes_the_next_batch_without_waiting_for_the_loop(data
 
         return run
 
-    first = asyncio.create_task(writer.run(work("first", 0.2)))
+    first = asyncio.create_task(writer.run(work("first", 0.1)))
     while "first" not in started:
         await asyncio.sleep(0.005)
     second = asyncio.create_task(writer.run(work("second", 0.0)))
     await asyncio.sleep(0)  # the second is queued behind the first's batch
     stalled = time.monotonic()
-    time.sleep(0.6)  # the loop is busy (blocked) from here
+    time.sleep(1.0)  # the loop is busy (blocked) from here
     resumed = time.monotonic()
     assert await first == "first" and await second == "second"
     assert stalled < started["second"] < resumed  # its batch ran during the stall
