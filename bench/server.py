@@ -78,6 +78,7 @@ class _Profiling:
 def main(argv: list[str]) -> int:
     config = json.loads(Path(argv[0]).read_text())
     if config.get("patches"):
+        import bench.patches_s4  # noqa: F401  (registers scenario 4's patches)
         from bench.patches import apply
 
         apply(config["patches"])  # what-if experiments only (python -m bench.whatif)
