@@ -91,10 +91,11 @@ _EVENT_COLUMNS = "id, todo_id, transition, reason, attempt, lease_expires_at, ac
 # -- PostgreSQL ------------------------------------------------------------------------------------
 
 # asyncpg's positional parameters: $1 endpoint_id, $2 queues, $3 limit, $4 lease, $5 now, $6 instance_id,
-# $7 event_ids. The UPDATE finds its rows by primary key alone: ``picked`` locked them and re-checked
-# ``status = 'pending'`` on their newest version, so nothing can move them before it; a status test
-# there would let the planner walk the pending index instead (statistics of a queue table usually say
-# nothing is pending: migration todo_state_indexes has the story). The ack reads by primary key too.
+# $7 event_ids. The UPDATE joins ``picked`` on the primary key and tests nothing else: ``picked`` locked
+# the rows and re-checked ``status = 'pending'`` on their newest version, so nothing can move them
+# before it, and a status test there let the planner drive the join from a scan of every pending row
+# (a queue table's statistics usually say nothing is pending; migration todo_state_indexes, and
+# tests/unit/store/test_claim_plan_pg.py, which makes that happen). The ack reads by primary key too.
 _CLAIM_PG = f"""
 WITH picked AS (
     SELECT id FROM todos
@@ -105,7 +106,8 @@ WITH picked AS (
 ), moved AS (
     UPDATE todos SET status = 'claimed', attempt = todos.attempt + 1, lease_expires_at = $4,
         retry_at = NULL, updated_at = $5
-    WHERE todos.id {{target}}
+    FROM picked
+    WHERE todos.id = picked.id
     RETURNING {_select_list("todos")}
 ), numbered AS (
     SELECT moved.id, moved.attempt, row_number() OVER (ORDER BY moved.id) AS n FROM moved
@@ -119,12 +121,6 @@ WITH picked AS (
 SELECT * FROM moved
 """
 
-# One todo: a scalar probe of the primary key, which the planner prefers to a sequential scan on any
-# table past a few pages; ``= ANY`` is costed as ten probes, and a plan cached while the table was small
-# (PostgreSQL keeps a prepared statement's generic plan until the next ANALYZE) was seen reading the
-# whole table per claim.
-_CLAIM_ONE_PG = _CLAIM_PG.replace("{target}", "= (SELECT id FROM picked)")
-_CLAIM_PG = _CLAIM_PG.replace("{target}", "= ANY(ARRAY(SELECT id FROM picked))")
 
 # $1 endpoint_id, $2 ids, $3 results, $4 event_ids, $5 now, $6 instance_id.
 _ACK_PG = f"""
@@ -238,8 +234,7 @@ class TodoClaims:
                 self._instance(),
                 [new_id("te") for _ in range(min(limit, MAX_BATCH))],
             )
-            sql = _CLAIM_ONE_PG if limit == 1 else _CLAIM_PG
-            rows, transitions = await self._pg_move(sql, args, "claimed", now, answer)
+            rows, transitions = await self._pg_move(_CLAIM_PG, args, "claimed", now, answer)
         self.hub.publish(transitions)
         return rows
 
