@@ -97,6 +97,7 @@ def _spy(pid: int, name: str) -> None:
     if not folder:
         return
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    Path(folder).mkdir(parents=True, exist_ok=True)
     out = Path(folder) / f"{name}.json"
     cmd = [spy, "record", "-p", str(pid), "-d", "5", "-r", "200", "-f", "speedscope", "-o", str(out)]
     subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # ends by itself
