@@ -57,7 +57,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from bench import floor, pgq
-from bench.common import CpuMeter, children_of, summarize_ms
+from bench.common import CpuMeter, summarize_ms
 from bench.context import Bench, running, sqlite_rows
 from bench.procs import ClientProc, ServerProc
 from bench.world import EndpointInfo, SourceInfo, World, build_world, new_cred_key
@@ -256,13 +256,10 @@ class _Cluster:
         self.clients = [b.client, extra]
 
     def meter(self, **more: int | list[int]) -> CpuMeter:
+        # the cluster as a tree: pgqueuer's connections open and close within its window
         return CpuMeter(
-            {
-                "postgres": [self.postmaster, *children_of(self.postmaster)],
-                "client_1": self.clients[0].pid,
-                "client_2": self.clients[1].pid,
-                **more,
-            }
+            {"client_1": self.clients[0].pid, "client_2": self.clients[1].pid, **more},
+            trees={"postgres": self.postmaster},
         )
 
     async def db_check(self, endpoints: list[EndpointInfo]) -> tuple[Any, ...]:
