@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -189,19 +189,20 @@ class Database:
         return self._group_writer
 
     @asynccontextmanager
-    async def pg_transaction(self) -> AsyncIterator[tuple[AsyncConnection, Any]]:
+    async def pg_transaction(self, *, alone: bool = False) -> AsyncIterator[tuple[AsyncConnection, Any]]:
         """PostgreSQL only: a transaction opened on the driver connection itself, for the claim path.
 
         Yields the SQLAlchemy connection (in autocommit, so in-transaction handlers' statements join
         the driver's transaction) and the asyncpg connection (``fetch`` with positional parameters: no
         SQLAlchemy statement machinery per call). BEGIN and COMMIT are asyncpg's own; anything raised
-        inside rolls back. Errors come out as store errors, as from :meth:`begin`."""
+        inside rolls back. ``alone``: no BEGIN and no COMMIT, for one statement that is its own
+        transaction (two round trips fewer). Errors come out as store errors, as from :meth:`begin`."""
         assert not self.is_sqlite
         with store_errors():
             async with self._plain.connect() as conn:
                 raw = await conn.get_raw_connection()
                 driver: Any = raw.driver_connection  # asyncpg.Connection
-                async with driver.transaction():
+                async with nullcontext() if alone else driver.transaction():
                     yield conn, driver
 
     def _compiled_sql(self, statement: UpdateBase) -> _Compiled:

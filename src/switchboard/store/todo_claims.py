@@ -91,7 +91,11 @@ _EVENT_COLUMNS = "id, todo_id, transition, reason, attempt, lease_expires_at, ac
 # -- PostgreSQL ------------------------------------------------------------------------------------
 
 # asyncpg's positional parameters: $1 endpoint_id, $2 queues, $3 limit, $4 lease, $5 now, $6 instance_id,
-# $7 event_ids.
+# $7 event_ids. The UPDATE joins ``picked`` on the primary key and tests nothing else: ``picked`` locked
+# the rows and re-checked ``status = 'pending'`` on their newest version, so nothing can move them
+# before it, and a status test there let the planner drive the join from a scan of every pending row
+# (a queue table's statistics usually say nothing is pending; migration todo_state_indexes, and
+# tests/unit/store/test_claim_plan_pg.py, which makes that happen). The ack reads by primary key too.
 _CLAIM_PG = f"""
 WITH picked AS (
     SELECT id FROM todos
@@ -103,7 +107,7 @@ WITH picked AS (
     UPDATE todos SET status = 'claimed', attempt = todos.attempt + 1, lease_expires_at = $4,
         retry_at = NULL, updated_at = $5
     FROM picked
-    WHERE todos.id = picked.id AND todos.status = 'pending'
+    WHERE todos.id = picked.id
     RETURNING {_select_list("todos")}
 ), numbered AS (
     SELECT moved.id, moved.attempt, row_number() OVER (ORDER BY moved.id) AS n FROM moved
@@ -117,16 +121,28 @@ WITH picked AS (
 SELECT * FROM moved
 """
 
-# $1 endpoint_id, $2 ids, $3 results, $4 event_ids, $5 now, $6 instance_id.
-_ACK_PG = f"""
+
+# $1 endpoint_id, $2 ids, $3 results, $4 event_ids, $5 now, $6 instance_id; alone, $7 held sources.
+def _ack_pg(*, alone: bool) -> str:
+    """The ack. ``alone``: a statement that is its own transaction, for todos no in-transaction handler
+    acts on: it moves nothing if one of them comes from a source in ``$7``
+    (``TransitionHub.transaction_sources``) and its first column counts those (the ack is then made
+    again in a transaction); its other columns are NULL when nothing moved."""
+    held = """
+), held AS (
+    SELECT count(*) AS n FROM todos
+    WHERE todos.id = ANY(CAST($2 AS varchar[])) AND todos.endpoint_id = $1
+        AND todos.source = ANY(CAST($7 AS varchar[]))"""
+    moved = ", ".join(f"moved.{c}" for c in _COLUMNS)
+    return f"""
 WITH given AS (
     SELECT * FROM unnest(CAST($2 AS varchar[]), CAST($3 AS text[]), CAST($4 AS varchar[]))
-        AS g(id, result, event_id)
+        AS g(id, result, event_id){held if alone else ""}
 ), moved AS (
     UPDATE todos SET status = 'done', lease_expires_at = NULL, result = given.result, updated_at = $5
     FROM given
-    WHERE todos.id = given.id AND todos.endpoint_id = $1 AND todos.status = 'claimed'
-        AND todos.lease_expires_at >= $5
+    WHERE todos.id = ANY(CAST($2 AS varchar[])) AND todos.id = given.id AND todos.endpoint_id = $1
+        AND todos.status = 'claimed' AND todos.lease_expires_at >= $5{" AND (SELECT n FROM held) = 0" if alone else ""}
     RETURNING {_select_list("todos", payload=False)}, given.event_id
 ), events AS (
     INSERT INTO todo_events ({_EVENT_COLUMNS})
@@ -134,8 +150,12 @@ WITH given AS (
         CAST($6 AS varchar), CAST($5 AS bigint)
     FROM moved
 )
-SELECT {", ".join(_COLUMNS)} FROM moved
+{f"SELECT held.n, {moved} FROM held LEFT JOIN moved ON true" if alone else f"SELECT {', '.join(_COLUMNS)} FROM moved"}
 """
+
+
+_ACK_PG = _ack_pg(alone=False)
+_ACK_ALONE_PG = _ack_pg(alone=True)
 
 # -- SQLite (driver SQL, named parameters) ---------------------------------------------------------
 
@@ -264,9 +284,21 @@ class TodoClaims:
                 now_ms,
                 self._instance(),
             )
-            rows, transitions = await self._pg_move(_ACK_PG, args, "done", now, None)
+            rows, transitions = await self._pg_ack(args, now)
         self.hub.publish(transitions)
         return rows
+
+    async def _pg_ack(self, args: tuple[Any, ...], now: float) -> tuple[list[Moved], list[Transition]]:
+        """The ack on PostgreSQL: the statement alone (no BEGIN, no COMMIT) unless a todo in it may be
+        one an in-transaction handler acts on (an A2A task's), then in a transaction with the handlers."""
+        held = self.hub.transaction_sources("done")
+        if held is not None:
+            async with self.db.pg_transaction(alone=True) as (_conn, driver):
+                result = await driver.fetch(_ACK_ALONE_PG, *args, sorted(held))
+            if result[0][0] == 0:
+                rows = _order([Moved(*r[1:]) for r in result if r[1] is not None])
+                return rows, self._transitions(rows, "done", now)
+        return await self._pg_move(_ACK_PG, args, "done", now, None)
 
     async def states(self, endpoint_id: str, ids: Sequence[str]) -> dict[str, str]:
         """The status of each of ``ids`` that is this endpoint's todo (one read): why an ack did not move it."""

@@ -89,9 +89,11 @@ def _todo(endpoint_id: str, n: int, queue: str = "inbox") -> NewTodo:
     return NewTodo(endpoint_id=endpoint_id, queue=queue, title=f"t{n}", payload={"n": n}, verified=True)
 
 
-def _expected(database: Database, moves: int = 1) -> list[str]:
+def _expected(database: Database, moves: int = 1, *, ack: bool = False) -> list[str]:
     if database.is_sqlite:
         return sorted(["BEGIN", *["SAVEPOINT", "UPDATE", "INSERT", "RELEASE"] * moves, "COMMIT"])
+    if ack:  # no in-transaction handler acts on these todos: the statement is its own transaction
+        return ["WITH"]
     return sorted(["BEGIN", "WITH", "COMMIT"])
 
 
@@ -109,7 +111,7 @@ async def test_one_claim_and_one_ack_are_one_statement_each(
     traced.statements.clear()
     done = await store.ack(ep, ids[1], {"ok": True})
     assert done is not None and done.status == "done" and json.loads(done.result or "null") == {"ok": True}
-    assert traced.verbs() == _expected(database), traced.statements
+    assert traced.verbs() == _expected(database, ack=True), traced.statements
 
 
 async def test_a_batch_costs_what_one_does_and_the_timeline_has_every_move(
@@ -134,7 +136,7 @@ async def test_a_batch_costs_what_one_does_and_the_timeline_has_every_move(
     traced.statements.clear()
     acked = await store.ack_many(ep, [(r.id, {"n": i}) for i, r in enumerate(rows[:5])] + [(ids[1], None)])
     assert sorted(r.id for r in acked) == sorted(r.id for r in rows[:5])  # ids[1] is done already
-    assert traced.verbs() == _expected(database), traced.statements
+    assert traced.verbs() == _expected(database, ack=True), traced.statements
     await hub.idle()
     moved = [(t.todo_id, t.transition) for t in seen if t.transition != "created"]
     assert moved == [
@@ -220,3 +222,38 @@ async def test_in_transaction_handlers_commit_and_roll_back_with_the_claim(
         )
     # both creations, the claim that committed and the ack; the failed claim's mark rolled back with it
     assert sorted(marked) == sorted([ids[0], ids[1], ids[0], ids[0]])
+
+
+async def test_an_ack_runs_in_a_transaction_only_when_a_handler_may_act_on_its_todos(
+    database: Database, hub: TransitionHub, clock: ManualClock, traced: Sent
+) -> None:
+    """PostgreSQL: an ack is its statement alone unless a todo in it comes from a source an
+    in-transaction handler declared (the A2A outbox: ``a2a``); then it is made in a transaction with the
+    handler, which sees it, and nothing is moved twice."""
+    if database.is_sqlite:
+        pytest.skip("SQLite's acks go through the group-commit writer (test_sqlite_writer.py)")
+    seen: list[tuple[str, str]] = []
+
+    async def outbox(_conn: Any, transitions: Any) -> None:
+        seen.extend(
+            (t.todo_id, t.transition) for t in transitions if t.source == "a2a" and t.transition != "created"
+        )
+
+    hub.add_in_transaction(outbox, wants=lambda t: t.source == "a2a", sources=frozenset({"a2a"}))
+    store, ep = await _setup(database, hub, clock)
+    plain, task = (
+        await store.create(
+            [_todo(ep, 0), NewTodo(endpoint_id=ep, queue="inbox", title="t", payload={}, source="a2a")]
+        )
+    ).created
+    claimed = await store.claim_many(ep, ["inbox"], 60, 2)
+    assert sorted(r.id for r in claimed) == sorted([plain, task])
+    traced.statements.clear()
+    assert [r.id for r in await store.ack_many(ep, [(plain, None)])] == [plain]
+    assert traced.verbs() == ["WITH"] and seen == [(task, "claimed")], traced.statements
+    traced.statements.clear()
+    assert sorted(r.id for r in await store.ack_many(ep, [(plain, None), (task, None)])) == [task]
+    # declined alone (a task is in it), then made in a transaction, where the handler saw it
+    assert traced.verbs() == sorted(["WITH", "BEGIN", "WITH", "COMMIT"]), traced.statements
+    assert seen == [(task, "claimed"), (task, "done")]
+    assert hub.transaction_sources("claimed") == frozenset({"a2a"})
