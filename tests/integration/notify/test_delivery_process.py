@@ -21,9 +21,16 @@ from standardwebhooks import Webhook
 
 from switchboard.notify.component import NotifyComponent
 from switchboard.notify.dispatcher import Dispatcher
-from switchboard.notify.process import WORKER_COMMAND, RemoteDispatcher, child_of, queue_shares
+from switchboard.notify.process import (
+    MALLOC_ARENAS,
+    WORKER_COMMAND,
+    RemoteDispatcher,
+    child_environment,
+    child_of,
+    queue_shares,
+)
 from switchboard.notify.wire import line, transitions_lines, transitions_of
-from switchboard.notify.worker import NICENESS
+from switchboard.notify.worker import NICENESS, READ_LIMIT
 from switchboard.services import build_services
 from switchboard.settings import MAX_AUTO_NOTIFY_PROCESSES
 from switchboard.store.transitions import Transition
@@ -154,6 +161,7 @@ async def test_the_worker_module_answers_and_exits_at_the_end_of_its_input(tmp_p
     )
     assert proc.stdin is not None and proc.stdout is not None
     hello = {"settings": settings.model_dump(mode="json"), "retry_delays": [1.0, 5.0]}
+    assert len(line({"hello": hello})) * 8 < READ_LIMIT  # the settings' line fits the worker's reads
     proc.stdin.write(line({"hello": hello}) + line({"idle": 7}))
     async with asyncio.timeout(30):
         answer = json.loads(await proc.stdout.readline())
@@ -190,6 +198,17 @@ async def test_the_worker_yields_the_cpu_to_the_server(penv: Env) -> None:
     await remote(penv).idle()  # it answered: it is past its start-up
     mine = os.getpriority(os.PRIO_PROCESS, 0)
     assert os.getpriority(os.PRIO_PROCESS, child_pid(penv)) == min(mine + NICENESS, 19)
+
+
+async def test_the_worker_starts_with_few_malloc_arenas_unless_the_operator_chose(penv: Env) -> None:
+    """Each child gets ``MALLOC_ARENA_MAX`` (glibc reads it at start) from the server, unless the
+    server's own environment names a value, which the child then gets as it is."""
+    await remote(penv).idle()
+    environ = Path(f"/proc/{child_pid(penv)}/environ").read_bytes().split(b"\0")
+    expected = os.environ.get("MALLOC_ARENA_MAX", MALLOC_ARENAS)
+    assert f"MALLOC_ARENA_MAX={expected}".encode() in environ
+    assert child_environment({"PATH": "/bin"}) == {"PATH": "/bin", "MALLOC_ARENA_MAX": MALLOC_ARENAS}
+    assert child_environment({"MALLOC_ARENA_MAX": "8"})["MALLOC_ARENA_MAX"] == "8"
 
 
 async def test_two_worker_processes_each_deliver_for_their_own_endpoints(tmp_path: Path) -> None:
@@ -335,5 +354,7 @@ def test_a_batch_goes_to_the_worker_in_lines_its_small_read_buffer_takes() -> No
     for data, carried in lines:
         assert data.endswith(b"\n") and len(data) <= 64 * 1024 + 8 * 1024
         assert transitions_of(json.loads(data)["t"]) == carried
+    # the worker's read limit holds the longest line with room to spare (a longer one would end it)
+    assert max(len(data) for data, _ in lines) * 2 < READ_LIMIT
     ((small, carried),) = transitions_lines(batch[1:4])  # a small batch is one line, as before
     assert carried == batch[1:4] and transitions_of(json.loads(small)["t"]) == batch[1:4]
