@@ -37,12 +37,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import subprocess
 import sys
 import time
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from switchboard.notify.droplog import DropLog
@@ -61,16 +60,6 @@ HEALTHY_AFTER = 30.0  # a child that ran this long starts the backoff from the b
 STOP_GRACE = 10.0  # beyond the child's own drain timeout
 READ_LIMIT = 1024 * 1024
 TEST_TIMEOUT = 30.0  # one attempt (its timeout) plus the hook read, with room to spare
-# glibc's malloc arenas for each child, unless the operator set MALLOC_ARENA_MAX (docs/notify-hooks.md).
-# glibc gives each thread that allocates an arena of its own, up to 8 per core; a child's SQLite driver
-# threads then each keep a partly free heap. With 2 (the main thread's and one shared), scenario 3's
-# 100k overflow grew the children's RSS by about 2-3 MiB less each.
-MALLOC_ARENAS = "2"
-
-
-def child_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """The environment a child starts with: this process's, with ``MALLOC_ARENA_MAX`` defaulted."""
-    return {**environ, "MALLOC_ARENA_MAX": environ.get("MALLOC_ARENA_MAX", MALLOC_ARENAS)}
 
 
 class WorkerUnavailable(RuntimeError):
@@ -392,7 +381,6 @@ class WorkerProcess:
             stdout=subprocess.PIPE,
             stderr=None,  # the child's JSON log lines join this process's stderr
             limit=READ_LIMIT,
-            env=child_environment(os.environ),
         )
         assert proc.stdin is not None
         # Settings travel on the pipe, not in the environment or argv: they hold the credential key.

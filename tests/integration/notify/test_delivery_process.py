@@ -21,14 +21,7 @@ from standardwebhooks import Webhook
 
 from switchboard.notify.component import NotifyComponent
 from switchboard.notify.dispatcher import Dispatcher
-from switchboard.notify.process import (
-    MALLOC_ARENAS,
-    WORKER_COMMAND,
-    RemoteDispatcher,
-    child_environment,
-    child_of,
-    queue_shares,
-)
+from switchboard.notify.process import WORKER_COMMAND, RemoteDispatcher, child_of, queue_shares
 from switchboard.notify.wire import line, transitions_lines, transitions_of
 from switchboard.notify.worker import NICENESS, READ_LIMIT
 from switchboard.services import build_services
@@ -198,17 +191,6 @@ async def test_the_worker_yields_the_cpu_to_the_server(penv: Env) -> None:
     await remote(penv).idle()  # it answered: it is past its start-up
     mine = os.getpriority(os.PRIO_PROCESS, 0)
     assert os.getpriority(os.PRIO_PROCESS, child_pid(penv)) == min(mine + NICENESS, 19)
-
-
-async def test_the_worker_starts_with_few_malloc_arenas_unless_the_operator_chose(penv: Env) -> None:
-    """Each child gets ``MALLOC_ARENA_MAX`` (glibc reads it at start) from the server, unless the
-    server's own environment names a value, which the child then gets as it is."""
-    await remote(penv).idle()
-    environ = Path(f"/proc/{child_pid(penv)}/environ").read_bytes().split(b"\0")
-    expected = os.environ.get("MALLOC_ARENA_MAX", MALLOC_ARENAS)
-    assert f"MALLOC_ARENA_MAX={expected}".encode() in environ
-    assert child_environment({"PATH": "/bin"}) == {"PATH": "/bin", "MALLOC_ARENA_MAX": MALLOC_ARENAS}
-    assert child_environment({"MALLOC_ARENA_MAX": "8"})["MALLOC_ARENA_MAX"] == "8"
 
 
 async def test_two_worker_processes_each_deliver_for_their_own_endpoints(tmp_path: Path) -> None:
