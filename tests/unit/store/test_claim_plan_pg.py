@@ -20,7 +20,7 @@ import pytest
 from switchboard.clock import ManualClock
 from switchboard.store.accounts import AccountStore
 from switchboard.store.db import Database
-from switchboard.store.todo_claims import _ACK_PG, _CLAIM_PG
+from switchboard.store.todo_claims import _ACK_ALONE_PG, _ACK_PG, _CLAIM_ALONE_PG, _CLAIM_PG
 
 HISTORY = 400  # done rows, analyzed: a small table whose statistics say nothing is pending
 BACKLOG = 3000  # pending rows the statistics never saw
@@ -38,6 +38,11 @@ _TYPES = {
     "claim": "varchar, varchar[], int, bigint, bigint, varchar, varchar[]",
     "ack": "varchar, varchar[], text[], varchar[], bigint, varchar",
 }
+# (claim, ack, the held-sources argument the alone statements take)
+_STATEMENTS = {
+    "in a transaction": (_CLAIM_PG, _ACK_PG, ""),
+    "alone": (_CLAIM_ALONE_PG, _ACK_ALONE_PG, ", '{a2a}'"),
+}
 
 
 def _buffers(plan: str) -> int:
@@ -52,34 +57,36 @@ async def _explain(driver: Any, name: str, args: str) -> str:
     return "\n".join(r[0] for r in rows)
 
 
-@pytest.mark.parametrize("limit", [1, 10])
+@pytest.mark.parametrize(("limit", "form"), [(1, "in a transaction"), (10, "in a transaction"), (1, "alone")])
 async def test_claim_and_ack_touch_a_few_pages_with_stale_statistics_and_a_plan_from_a_small_table(
-    database: Database, clock: ManualClock, limit: int
+    database: Database, clock: ManualClock, limit: int, form: str
 ) -> None:
     if database.is_sqlite:
         pytest.skip("PostgreSQL's planner and plan cache")
     accounts = AccountStore(database, clock)
     hid = await accounts.create_human("owner@example.com", "correct horse battery")
     ep, _ = await accounts.vend_endpoint(hid, "ep-a", ["inbox"], ["claim_next", "ack"])
+    claim, ack, held = _STATEMENTS[form]
+    types = {k: v + (", varchar[]" if held else "") for k, v in _TYPES.items()}
     async with database.pg_transaction() as (_conn, driver):
         await driver.execute(_INSERT, ep.id, "done", 1, HISTORY)
         await driver.execute("ANALYZE todos")
         await driver.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        await driver.execute(f"PREPARE claim({_TYPES['claim']}) AS {_CLAIM_PG}")
-        await driver.execute(f"PREPARE ack({_TYPES['ack']}) AS {_ACK_PG}")
+        await driver.execute(f"PREPARE claim({types['claim']}) AS {claim}")
+        await driver.execute(f"PREPARE ack({types['ack']}) AS {ack}")
         # Plan both on the small table (the generic plan is cached by the first EXECUTE).
         await driver.execute(_INSERT, ep.id, "claimed", HISTORY + 1, HISTORY + 1)
-        await driver.execute(f"EXECUTE claim('{ep.id}', '{{inbox}}', 1, 20000000, 1, 'i', '{{te_a}}')")
+        await driver.execute(f"EXECUTE claim('{ep.id}', '{{inbox}}', 1, 20000000, 1, 'i', '{{te_a}}'{held})")
         await driver.execute(
-            f"EXECUTE ack('{ep.id}', '{{td_claimed_{HISTORY + 1}}}', '{{null}}', '{{te_b}}', 1, 'i')"
+            f"EXECUTE ack('{ep.id}', '{{td_claimed_{HISTORY + 1}}}', '{{null}}', '{{te_b}}', 1, 'i'{held})"
         )
         # The backlog arrives; the statistics and the cached plans do not hear of it.
         await driver.execute(_INSERT, ep.id, "pending", HISTORY + 2, HISTORY + 1 + BACKLOG)
         claimed = await _explain(
-            driver, "claim", f"'{ep.id}', '{{inbox}}', {limit}, 20000000, 2, 'i', '{{te_c,te_d,te_e}}'"
+            driver, "claim", f"'{ep.id}', '{{inbox}}', {limit}, 20000000, 2, 'i', '{{te_c,te_d,te_e}}'{held}"
         )
         acked = await _explain(
-            driver, "ack", f"'{ep.id}', '{{td_pending_{HISTORY + 2}}}', '{{null}}', '{{te_f}}', 2, 'i'"
+            driver, "ack", f"'{ep.id}', '{{td_pending_{HISTORY + 2}}}', '{{null}}', '{{te_f}}', 2, 'i'{held}"
         )
     pick, update = claimed.split("CTE moved")[0], claimed.split("CTE moved")[1].split("CTE events")[0]
     assert "ix_todos_claim_pending" in pick and "Sort" not in pick, claimed

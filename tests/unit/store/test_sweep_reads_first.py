@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from switchboard.a2a.outbox import OutboxStore
 from switchboard.clock import ManualClock
 from switchboard.queue.sweeper import Sweeper
 from switchboard.store.accounts import AccountStore
@@ -58,3 +59,18 @@ async def test_what_is_due_still_moves(database: Database, hub: TransitionHub, c
     (moved,) = await store.requeue_expired_leases()
     assert moved.transition == "requeued" and moved.reason == "lease_expired"
     assert await store.requeue_expired_leases() == []
+
+
+async def test_an_a2a_outbox_poll_with_nothing_due_takes_no_write_lock(database: Database) -> None:
+    """The A2A push outbox is polled every 2 s by every instance; an empty poll reads and returns, so
+    it never holds SQLite's write lock while the claim path's writer waits."""
+    path = database.engine.url.database
+    assert path is not None
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        claimed = await asyncio.wait_for(OutboxStore(database).claim(now_ms=1, lease_ms=1000, limit=10), 5)
+        assert claimed == []
+        other.execute("ROLLBACK")
+    finally:
+        other.close()
