@@ -111,6 +111,19 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of ``pid`` and all its children, those that ended included (the kernel adds a reaped
+    child's time to its parent's ``cutime``): a PostgreSQL cluster's postmaster and every backend,
+    also the connections a peer opens and closes within the measured window."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = raw[raw.rfind(")") + 2 :].split()
+    reaped = (int(fields[13]) + int(fields[14])) / _CLK_TCK
+    return cpu_seconds(pid) + reaped + sum(cpu_seconds(child) for child in children_of(pid))
+
+
 def children_of(pid: int) -> list[int]:
     out: list[int] = []
     for entry in Path("/proc").iterdir():
@@ -149,13 +162,18 @@ def load_average() -> tuple[float, float, float]:
 class CpuMeter:
     """CPU used by a set of processes over a window, in cores (CPU seconds per wall second)."""
 
-    def __init__(self, pids: dict[str, int | Sequence[int]]) -> None:
+    def __init__(self, pids: dict[str, int | Sequence[int]], trees: dict[str, int] | None = None) -> None:
+        """``trees``: name -> a process counted with all its children (:func:`tree_cpu_seconds`)."""
         self.pids = {name: ([p] if isinstance(p, int) else list(p)) for name, p in pids.items()}
+        self.trees = dict(trees or {})
         self._start: dict[str, float] = {}
         self._t0 = 0.0
 
     def _read(self) -> dict[str, float]:
-        return {name: sum(cpu_seconds(p) for p in pids) for name, pids in self.pids.items()}
+        return {
+            **{name: sum(cpu_seconds(p) for p in pids) for name, pids in self.pids.items()},
+            **{name: tree_cpu_seconds(pid) for name, pid in self.trees.items()},
+        }
 
     def start(self) -> None:
         self._t0 = time.monotonic()

@@ -83,14 +83,21 @@ class ServerProc:
             await self.stop()
             raise RuntimeError(f"{self.name} failed to start (log: {self.log_path}): {line!r}")
         if self.settings.get("notify_process") is not False:
-            # the notify worker process (the default) imports and connects on its own: measure from ready
+            # the notify worker processes (the default) import and connect on their own: measure from the
+            # moment every one of them is ready (with one awaited, a baseline could catch another mid-import)
             deadline = asyncio.get_running_loop().time() + timeout
-            while not any(e.get("event") == "notify worker ready" for e in self.log_lines()):
+            while not self._workers_ready():
                 if asyncio.get_running_loop().time() > deadline:
                     self.kill()  # not left running (with its workers) once this run has given up on it
                     await self.stop()
                     raise RuntimeError(f"{self.name}: the notify worker did not start (log: {self.log_path})")
                 await asyncio.sleep(0.1)
+
+    def _workers_ready(self) -> bool:
+        """Every notify worker the server started has logged that it is ready."""
+        events = [e.get("event") for e in self.log_lines()]
+        started = events.count("notify worker started")
+        return started > 0 and events.count("notify worker ready") >= started
 
     async def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         async with httpx.AsyncClient(timeout=10) as http:

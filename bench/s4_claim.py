@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import statistics
@@ -56,7 +57,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from bench import floor, pgq
-from bench.common import CpuMeter, children_of, summarize_ms
+from bench.common import CpuMeter, summarize_ms
 from bench.context import Bench, running, sqlite_rows
 from bench.procs import ClientProc, ServerProc
 from bench.world import EndpointInfo, SourceInfo, World, build_world, new_cred_key
@@ -89,6 +90,13 @@ DB_CHECK = (
 )
 
 
+def _only(part: str) -> bool:
+    """``BENCH_S4_ONLY=sqlite`` (or ``postgres``) runs that part of the scenario alone, unchanged: for
+    work on one backend's claim path. Unset, both run (and the floor), as ``python -m bench`` needs."""
+    only = os.environ.get("BENCH_S4_ONLY", "")
+    return not only or only == part
+
+
 def _spy(pid: int, name: str) -> None:
     """With ``BENCH_S4_PROFILE=<folder>``, record ``pid`` with py-spy for 5 s into ``<folder>/<name>.json``
     (speedscope): where a variant's server time goes (py-spy is not a dependency)."""
@@ -96,9 +104,39 @@ def _spy(pid: int, name: str) -> None:
     if not folder:
         return
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    Path(folder).mkdir(parents=True, exist_ok=True)
     out = Path(folder) / f"{name}.json"
     cmd = [spy, "record", "-p", str(pid), "-d", "5", "-r", "200", "-f", "speedscope", "-o", str(out)]
     subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # ends by itself
+
+
+STATEMENTS_TOP = (
+    "SELECT calls, total_exec_time, rows, shared_blks_hit, left(regexp_replace(query, '\\s+', ' ', 'g'), 400) "
+    "FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 25"
+)
+
+
+async def _statements(url: str, name: str | None) -> None:
+    """With ``BENCH_S4_STATEMENTS=<folder>``: ``pg_stat_statements`` per variant into
+    ``<folder>/<name>.json`` (the statements PostgreSQL ran for it, by total time), reset before the next.
+    Not a dependency of the run: the extension only loads when the variable is set."""
+    folder = os.environ.get("BENCH_S4_STATEMENTS")
+    if not folder:
+        return
+    engine = create_async_engine(url)
+    try:
+        async with engine.connect() as conn:
+            if name is not None:
+                rows = (await conn.execute(text(STATEMENTS_TOP))).all()
+                top = [
+                    {"calls": r[0], "ms": round(r[1], 1), "rows": r[2], "hit": r[3], "query": r[4]}
+                    for r in rows
+                ]
+                Path(folder).mkdir(parents=True, exist_ok=True)
+                (Path(folder) / f"{name}.json").write_text(json.dumps(top, indent=1))
+            await conn.execute(text("SELECT pg_stat_statements_reset()"))
+    finally:
+        await engine.dispose()
 
 
 def _db_check(endpoints: list[EndpointInfo]) -> str:
@@ -181,6 +219,9 @@ async def _sqlite(b: Bench, todos: int) -> dict[str, Any]:
     endpoints of its own (loaded through a fan-out source of its own just before it runs)."""
     b.progress.phase("s4 claim: SQLite setup", 10)
     server = b.server("s4-sqlite", b.settings("s4-sqlite", mcp_rate_per_minute=MCP_RATE_PER_MINUTE))
+    # BENCH_S4_PATCHES: bench patches for the SQLite server (bench/patches_s4.py; a diagnostic such as
+    # tail_probe). Never set by python -m bench.
+    server.patches = [p for p in os.environ.get("BENCH_S4_PATCHES", "").split(",") if p]
     world = await build_world(
         server.settings,
         endpoints=3 * ENDPOINTS,  # one set per era, and one for the warm-up
@@ -210,11 +251,20 @@ async def _sqlite_variant(
     meter.start()
     _spy(server.pid, f"sqlite-{era}")
     spec = {"agents": agents, "max_seconds": MAX_SECONDS, "modern": era == ERA}
+    window = [time.time()]
     result = await b.client.run("mcp_claim", spec)
+    window.append(time.time())
     cpu = meter.stop()
     db = sqlite_rows(server.settings["data_dir"], _db_check(endpoints))[0]
     info.pop("name")
-    return {"instances": 1, "agents": len(agents), **_combine([result], db, loaded), "cpu": cpu, **info}
+    return {
+        "instances": 1,
+        "agents": len(agents),
+        **_combine([result], db, loaded),
+        "cpu": cpu,
+        "window": window,  # wall clock, to cut a diagnostic's record (bench/tailprobe.py) to this run
+        **info,
+    }
 
 
 class _Cluster:
@@ -225,13 +275,10 @@ class _Cluster:
         self.clients = [b.client, extra]
 
     def meter(self, **more: int | list[int]) -> CpuMeter:
+        # the cluster as a tree: pgqueuer's connections open and close within its window
         return CpuMeter(
-            {
-                "postgres": [self.postmaster, *children_of(self.postmaster)],
-                "client_1": self.clients[0].pid,
-                "client_2": self.clients[1].pid,
-                **more,
-            }
+            {"client_1": self.clients[0].pid, "client_2": self.clients[1].pid, **more},
+            trees={"postgres": self.postmaster},
         )
 
     async def db_check(self, endpoints: list[EndpointInfo]) -> tuple[Any, ...]:
@@ -371,11 +418,28 @@ async def _postgres(b: Bench, todos: int) -> dict[str, Any]:
     if missing:
         return {"skipped": f"PostgreSQL programs not found: {', '.join(missing)}"}
     b.progress.phase("s4 claim: PostgreSQL start, setup and load", 15)
-    pg = PostgresServer()  # in the system temp folder: the server runs as another user when we are root
+    more = (
+        {"shared_preload_libraries": "'pg_stat_statements'"} if os.environ.get("BENCH_S4_STATEMENTS") else {}
+    )
+    explain_ms = os.environ.get("BENCH_S4_EXPLAIN_MS")  # plans of slower statements, in the cluster's log
+    if explain_ms:
+        more = {
+            "shared_preload_libraries": "'pg_stat_statements,auto_explain'",
+            "auto_explain.log_min_duration": f"'{int(explain_ms)}ms'",
+            "auto_explain.log_analyze": "on",
+            "auto_explain.log_buffers": "on",
+            "auto_explain.log_nested_statements": "on",
+        }
+    pg = PostgresServer(settings=more)  # in the system temp folder: the server runs as another user when root
     pg.start()
     extra = ClientProc()
     try:
         url = pg.create_database("bench_claim")
+        if more:
+            engine = create_async_engine(url)
+            async with engine.begin() as conn:
+                await conn.execute(text("CREATE EXTENSION pg_stat_statements"))
+            await engine.dispose()
         peer_url = pg.create_database("bench_pgqueuer")  # pgqueuer's tables, apart from Switchboard's
         key = new_cred_key()
         settings: dict[str, Any] = {
@@ -428,7 +492,9 @@ async def _postgres(b: Bench, todos: int) -> dict[str, Any]:
             await _switchboard(c, world, 4, WARMUP_TODOS, batch=0, label="warm-up (not measured)")
             variants: dict[str, Any] = {}
             for name, step in steps:
+                await _statements(url, None)
                 variants[name] = await step()
+                await _statements(url, name)
         one_call = variants["one"]
         return {
             **one_call,  # the one-todo-per-call figures stay at the top (the line every run prints)
@@ -475,9 +541,9 @@ async def run(b: Bench) -> dict[str, Any]:
         "batch": BATCH,
         "era": ERA,
         "legacy_era": LEGACY_ERA,
-        "sqlite": await _sqlite(b, todos),
-        "postgres": await _postgres(b, todos),
-        "floor": await _floor(b),
+        "sqlite": await _sqlite(b, todos) if _only("sqlite") else {"skipped": "BENCH_S4_ONLY"},
+        "postgres": await _postgres(b, todos) if _only("postgres") else {"skipped": "BENCH_S4_ONLY"},
+        "floor": await _floor(b) if not os.environ.get("BENCH_S4_ONLY") else {"skipped": "BENCH_S4_ONLY"},
     }
 
 

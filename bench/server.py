@@ -31,6 +31,7 @@ import uvicorn
 
 from bench.common import HOST_SUFFIX, LOOPBACK
 from switchboard.app import create_app
+from switchboard.heap import freeze_startup_heap
 from switchboard.obs import configure_logging
 from switchboard.services import build_services
 from switchboard.settings import Settings
@@ -77,6 +78,7 @@ class _Profiling:
 def main(argv: list[str]) -> int:
     config = json.loads(Path(argv[0]).read_text())
     if config.get("patches"):
+        import bench.patches_s4  # noqa: F401  (registers scenario 4's patches)
         from bench.patches import apply
 
         apply(config["patches"])  # what-if experiments only (python -m bench.whatif)
@@ -101,6 +103,7 @@ def main(argv: list[str]) -> int:
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets=sockets)
             if not self.should_exit:
+                freeze_startup_heap()  # as switchboard serve
                 print(f"READY {settings.listen_port}", flush=True)
 
     server = Server(

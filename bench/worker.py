@@ -37,6 +37,7 @@ def main(argv: list[str]) -> int:
         signal.signal(signal.SIGUSR1, profiling.start)
         signal.signal(signal.SIGUSR2, profiling.stop)
     if patches:
+        import bench.patches_s4  # noqa: F401  (registers scenario 4's patches)
         from bench.patches import apply
 
         apply(patches)

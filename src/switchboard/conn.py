@@ -12,7 +12,8 @@ protocol class (passed as ``uvicorn.Config(http=...)``, its public hook) and add
   connection that has not finished its headers, so a flood of silent sockets cannot lock out a real
   client; if every open connection is serving a request, the new one is closed at once.
 
-It speaks only the public ``asyncio.Protocol`` interface to both sides.
+It speaks only the public ``asyncio.Protocol`` interface to both sides. uvicorn's protocol is given the
+transport through :class:`switchboard.coalesce.HeadWithBody` (a response's head and body in one write).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
+from switchboard.coalesce import HeadWithBody
 from switchboard.obs.logs import get_logger
 
 log = get_logger("switchboard.conn")
@@ -124,7 +126,7 @@ class GuardedProtocol(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         self.timer = loop.call_later(self.guard.header_timeout, self.guard.timed_out, self)
         self.started = True
-        self.inner.connection_made(transport)
+        self.inner.connection_made(HeadWithBody(cast(asyncio.Transport, transport)))
 
     def data_received(self, data: bytes) -> None:
         if self.timer is not None:

@@ -22,10 +22,10 @@ from switchboard.store.console import ConsoleStore
 from switchboard.store.db import Database
 from switchboard.store.files import secure_data_dir
 from switchboard.store.presence import PresenceStore
-from switchboard.store.relay import send_in_transaction
+from switchboard.store.relay import carried, send_in_transaction
 from switchboard.store.sources import SourceStore
 from switchboard.store.todos import RetryPolicy, TodoStore
-from switchboard.store.transitions import TransitionHub
+from switchboard.store.transitions import READY, TransitionHub
 
 if TYPE_CHECKING:  # the MCP SDK is not imported at run time here: the notify worker process never loads it
     from mcp.server.auth.provider import AccessToken, OAuthAuthorizationServerProvider
@@ -131,7 +131,7 @@ def build_services(
     envelope = Envelope(load_or_create_key(settings.cred_key, settings.data_dir))
     hub = TransitionHub(metrics, instance_id=instance_id)
     if not db.is_sqlite:  # the cluster relay's sending half: NOTIFY on commit (store/relay.py)
-        hub.add_in_transaction(send_in_transaction)
+        hub.add_in_transaction(send_in_transaction, wants=carried, moves=READY)
     retry = RetryPolicy(settings.retry_base_seconds, settings.retry_cap_seconds, settings.max_attempts)
     changes = EndpointChanges()  # every endpoint write of this process; the MCP token cache reads it
     return Services(

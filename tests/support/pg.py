@@ -19,6 +19,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -132,8 +133,13 @@ class PostgresServer:
     ``stop()`` shuts down and deletes everything.
     """
 
-    def __init__(self, base_dir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self, base_dir: str | os.PathLike[str] | None = None, settings: Mapping[str, str] | None = None
+    ) -> None:
+        """``settings``: more ``postgresql.conf`` lines (name to raw value), written after the defaults
+        (the bench uses it to load ``pg_stat_statements``)."""
         self._base_dir = Path(base_dir) if base_dir is not None else Path(tempfile.gettempdir())
+        self._settings = dict(settings or {})
         self._root: Path | None = None
         self._port: int | None = None
         self._running = False
@@ -297,6 +303,7 @@ class PostgresServer:
                 "max_connections": "200",
                 "timezone": "'UTC'",
                 "log_timezone": "'UTC'",
+                **self._settings,
             }
             conf = "".join(f"{key} = {value}\n" for key, value in settings.items())
             with (root / "data" / "postgresql.conf").open("a") as fh:

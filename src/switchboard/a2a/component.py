@@ -30,7 +30,7 @@ from switchboard.a2a.gate import EndpointContextBuilder, Gate
 from switchboard.a2a.handler import Handler
 from switchboard.a2a.limits import HostLimits
 from switchboard.a2a.outbox import OutboxStore
-from switchboard.a2a.tasks import TaskStore, may_be_task
+from switchboard.a2a.tasks import A2A_SOURCE, TaskStore, may_be_task
 from switchboard.a2a.turns import Turns
 from switchboard.a2a.waiter import TaskWaiter
 from switchboard.a2a.worker import DeliveryWorker, Policy
@@ -130,7 +130,9 @@ class A2AComponent:
         )
         self.card = build_card(s, push_enabled=self.push_enabled)
         # Every instance writes outbox rows (fanout.py); only push-enabled ones deliver them.
-        services.hub.add_in_transaction(Fanout(self.configs), wants=may_be_task)
+        services.hub.add_in_transaction(
+            Fanout(self.configs), wants=may_be_task, sources=frozenset({A2A_SOURCE})
+        )
         self.waiter = TaskWaiter(
             self.tasks, fallback_seconds=1.0 if services.db.dialect == "postgresql" else None
         )

@@ -19,6 +19,7 @@ from switchboard.cli.base import (
     open_services,
     shares_key_warning,
 )
+from switchboard.heap import freeze_startup_heap
 from switchboard.obs import configure_logging, get_logger
 from switchboard.obs.logs import scrub
 from switchboard.settings import Settings
@@ -58,8 +59,12 @@ def serve(settings: Settings) -> int:
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets=sockets)
             if not self.should_exit:
+                frozen = freeze_startup_heap()  # GC pauses off the claim path (switchboard/heap.py)
                 log.info(
-                    "switchboard listening", url=_listen_url(settings, self), instance=services.instance_id
+                    "switchboard listening",
+                    url=_listen_url(settings, self),
+                    instance=services.instance_id,
+                    frozen_objects=frozen,
                 )
 
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:

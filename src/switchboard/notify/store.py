@@ -7,8 +7,9 @@
   ordered outcomes of one hook's deliveries since its last write (:class:`HealthFold`) and writes them
   with one statement per flush for all hooks (:meth:`HookStore.record_many`), which also disables a
   hook at its 10th failure in a row (REQ-8).
-* The dispatch path's statements (matching, ``sendable``, the health fold) are built once, at import,
-  with bound parameters: per call they are only executed, never rebuilt and cache-keyed again.
+* The dispatch path's statements (matching, ``sendable``, the health fold) are built once (at import;
+  the health fold's once per size and store, kept as SQL text alone on SQLite) with bound parameters:
+  per call they are only executed, never rebuilt and cache-keyed again.
 
 The values it reads and writes (:class:`Hook`, :class:`HealthFold`, ...) live in
 :mod:`switchboard.notify.hook_model` and are importable from here too.
@@ -17,7 +18,6 @@ The values it reads and writes (:class:`Hook`, :class:`HealthFold`, ...) live in
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 from collections.abc import Iterable, Sequence
 from types import SimpleNamespace
@@ -61,7 +61,7 @@ from switchboard.notify.hook_model import (
 )
 from switchboard.push import mint_secret, redact_url
 from switchboard.store.accounts import Endpoint, lock_endpoint
-from switchboard.store.db import Database
+from switchboard.store.db import Database, PreparedWrite
 from switchboard.store.schema import endpoints, notify_hooks
 
 __all__ = [
@@ -118,24 +118,23 @@ FOLD_STATEMENT_SIZES = (1, 2, 4, 8, 16, 32, 64, FOLDS_PER_STATEMENT)
 
 
 _FOLD_COLUMNS = (
-    ("hook_id", String),
-    ("lead", Integer),
-    ("run", Integer),
-    ("reset", Boolean),
-    ("peak_trips", Boolean),
-    ("at", BigInteger),
-    ("status", Integer),
-    ("error", String),
-    ("disabled_at", BigInteger),
+    ("hook_id", String()),
+    ("lead", Integer()),
+    ("run", Integer()),
+    ("reset", Boolean()),
+    ("peak_trips", Boolean()),
+    ("at", BigInteger()),
+    ("status", Integer()),
+    ("error", String()),
+    ("disabled_at", BigInteger()),
 )
 
 
-@functools.cache
 def _folds_statement(rows: int) -> Any:
     """The health folds of ``rows`` hooks in one ``UPDATE ... FROM`` statement (SQLite 3.33+,
-    PostgreSQL); row ``i``'s values are the parameters ``<column>_<i>``. Built once per row count, so
-    it is compiled once per count too (``Database.write_returning`` keeps the compiled form). Rows whose
-    parameters are not given are NULL and match no hook.
+    PostgreSQL); row ``i``'s values are the parameters ``<column>_<i>``. Built once per row count and
+    store (:meth:`HookHealth._folds`), so it is compiled once per count too. Rows whose parameters are
+    not given are NULL and match no hook.
 
     Why one statement: a write holds SQLite's lock from ``BEGIN IMMEDIATE`` to ``COMMIT``, and every
     statement in between is a round trip through the event loop. With one transaction per hook, a busy
@@ -178,6 +177,15 @@ class HookHealth:
     def __init__(self, db: Database, envelope: Envelope, clock: Clock, *, grace_seconds: float) -> None:
         self.db, self.envelope, self.clock = db, envelope, clock
         self.grace_seconds = grace_seconds
+        self._fold_writes: dict[int, PreparedWrite] = {}
+
+    def _folds(self, rows: int) -> PreparedWrite:
+        """The ``rows``-row health statement, prepared once: on SQLite only its text is kept, not the
+        statement (the eight sizes' trees held about 4.5 MiB per notify worker process)."""
+        found = self._fold_writes.get(rows)
+        if found is None:
+            found = self._fold_writes[rows] = self.db.prepare_write(_folds_statement(rows))
+        return found
 
     async def prepare(self) -> None:
         """Compile every health statement now, one at a time, instead of when a flush first needs its
@@ -185,7 +193,7 @@ class HookHealth:
         load each first use stalled the worker's event loop, every attempt in flight with it. Each is
         executed with no rows (a NULL hook id matches none): nothing is written."""
         for size in FOLD_STATEMENT_SIZES:
-            await self.db.write_returning(_folds_statement(size), {})
+            await self.db.write_returning(self._folds(size), {})
             await asyncio.sleep(0)  # the loop's other work runs between two compiles
 
     async def record_many(
@@ -224,7 +232,7 @@ class HookHealth:
             chunk = rows[start : start + FOLDS_PER_STATEMENT]
             params = {f"{name}_{i}": row[name] for i, row in enumerate(chunk) for name, _ in _FOLD_COLUMNS}
             size = next(n for n in FOLD_STATEMENT_SIZES if n >= len(chunk))
-            for hook_id, *state in await self.db.write_returning(_folds_statement(size), params):
+            for hook_id, *state in await self.db.write_returning(self._folds(size), params):
                 stored[hook_id] = tuple(state)
         out: dict[str, HealthOutcome | None] = {}
         for hook_id, fold, stamp in folds:

@@ -30,8 +30,9 @@ log = get_logger("switchboard.notify")
 # The longest line it reads (a line of transitions is about 64 KiB at most: switchboard.notify.wire). The
 # stream stops reading the pipe once it holds twice this, so what the server wrote and this process has
 # not handled waits in the server, under its pipe allowance, not here: at 8 MiB, this process read up to
-# 16 MiB of transitions ahead of its dispatcher whenever it fell behind.
-READ_LIMIT = 1024 * 1024
+# 16 MiB of transitions ahead of its dispatcher whenever it fell behind, and at 1 MiB it held 2 MiB of
+# them under scenario 3's overflow. The longest lines (the settings, a batch's) are far below this.
+READ_LIMIT = 256 * 1024
 METRICS_INTERVAL = 0.5
 NICENESS = 10  # added to the server's: under contention the server gets about 9 parts in 10 of a core
 # SQLite pages kept per connection. The worker reads hooks and appends health and delivery-log rows; at

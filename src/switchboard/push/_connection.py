@@ -3,10 +3,17 @@
 Public APIs only. ``h11`` (the protocol state machine httpcore itself is built on) turns our request into
 bytes and the receiver's bytes into events, and says whether both sides finished the message cleanly and
 whether bytes beyond the response are waiting (``trailing_data``). asyncio's ``loop.create_connection``
-opens the socket to an IP literal (no lookup) and ``loop.start_tls`` runs TLS on it against the URL's
-host. The connection's :class:`_Wire` (an ``asyncio.Protocol`` of ours) holds the bytes that arrived,
-so a kept connection can tell, before it carries a request, that its server closed it or sent what
-nobody asked for while it was idle: asyncio's ``StreamReader`` offers no public way to ask that.
+opens the socket to an IP literal (no lookup), and TLS runs on it against the URL's host with the
+``ssl`` module's memory BIOs (``SSLContext.wrap_bio``). The connection's :class:`_Wire` (an
+``asyncio.Protocol`` of ours) holds the bytes that arrived, so a kept connection can tell, before it
+carries a request, that its server closed it or sent what nobody asked for while it was idle: asyncio's
+``StreamReader`` offers no public way to ask that.
+
+Why not ``loop.start_tls``: asyncio's TLS protocol allocates a 256 KiB read buffer per connection (a
+fixed size, no public way to change it). Every attempt in flight holds one, and attempts to receivers
+that accept TCP and never answer hold theirs until the attempt timeout: 16 such attempts per notify
+worker process were 4 MiB of each one's memory under an overflow (docs/benchmarks.md, scenario 3).
+Here a connection holds what arrived and was not yet read, and ``_TLS_READ`` bytes while decrypting.
 
 :func:`connect_tcp` is the only place a socket is opened; :func:`dial` is the only caller, and it dials
 only the addresses it is given (a ``ValidatedTarget``'s).
@@ -15,6 +22,7 @@ only the addresses it is given (a ``ValidatedTarget``'s).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import ssl
 import time
@@ -29,6 +37,8 @@ from ._errors import NetworkFailure, PushError, Stage, TLSFailure
 MAX_HEAD = 100 * 1024
 #: Reading from the socket pauses while this much arrived and was not taken yet.
 _HIGH_WATER = 256 * 1024
+#: The most one decrypting read asks for: one TLS record's plaintext at most.
+_TLS_READ = 16 * 1024
 _X509_V_ERR_HOSTNAME_MISMATCH = 62
 _X509_V_ERR_IP_ADDRESS_MISMATCH = 64
 
@@ -70,13 +80,22 @@ class _Wire(asyncio.Protocol):
         self._paused = False
         self._waiter: asyncio.Future[None] | None = None
         self._writable: asyncio.Future[None] | None = None
+        # TLS (start_tls): the session and its two memory BIOs, and the handshake's end
+        self._tls: ssl.SSLObject | None = None
+        self._tls_in = ssl.MemoryBIO()
+        self._tls_out = ssl.MemoryBIO()
+        self._handshake: asyncio.Future[None] | None = None
 
     # -- asyncio's callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
-        self._buffer += data
+        if self._tls is None:
+            self._buffer += data
+        else:
+            self._tls_in.write(data)
+            self._tls_received()
         if len(self._buffer) > _HIGH_WATER and not self._paused and self.transport is not None:
             self._paused = True
             self.transport.pause_reading()
@@ -84,14 +103,71 @@ class _Wire(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         self._ended = True
+        self._handshake_failed(ConnectionResetError("closed during the TLS handshake"))
         self._wake()
         return False  # close our side too
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._ended = True
         self._lost = exc
+        self._handshake_failed(ConnectionResetError("connection lost during the TLS handshake"))
         self._wake()
         self.resume_writing()  # a writer waiting for room goes on; its next read finds the loss
+
+    # -- TLS
+    async def start_tls(self, context: ssl.SSLContext, host: str) -> None:
+        """Run the TLS handshake (certificate and host name checked by ``context``) on this connection;
+        from here on what it sends and receives is encrypted. Raises what the handshake raised."""
+        self._tls = context.wrap_bio(self._tls_in, self._tls_out, server_hostname=host)
+        self._handshake = asyncio.get_running_loop().create_future()
+        self._tls_received()  # sends the ClientHello
+        await self._handshake
+
+    def _tls_received(self) -> None:
+        """Feed what arrived through the TLS session: the handshake while it runs, then the plaintext
+        into the buffer; send whatever the session wants sent."""
+        tls = self._tls
+        assert tls is not None
+        try:
+            if self._handshake is not None and not self._handshake.done():
+                try:
+                    tls.do_handshake()
+                except ssl.SSLWantReadError:
+                    return
+                finally:
+                    self._tls_flush()
+                self._handshake.set_result(None)
+            while True:
+                try:
+                    chunk = tls.read(_TLS_READ)
+                except ssl.SSLWantReadError:
+                    break
+                if not chunk:  # close_notify
+                    self._ended = True
+                    break
+                self._buffer += chunk
+        except (ssl.SSLError, ssl.CertificateError) as exc:
+            self._tls_failed(exc)
+        finally:
+            self._tls_flush()
+
+    def _tls_failed(self, exc: Exception) -> None:
+        if self._handshake is not None and not self._handshake.done():
+            self._handshake.set_exception(exc)
+        else:  # a broken record after the handshake: the connection is lost
+            self._ended = True
+            self._lost = exc
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _handshake_failed(self, exc: Exception) -> None:
+        if self._handshake is not None and not self._handshake.done():
+            self._handshake.set_exception(exc)
+
+    def _tls_flush(self) -> None:
+        data = self._tls_out.read()
+        if data and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
 
     def pause_writing(self) -> None:
         self._writable = asyncio.get_running_loop().create_future()
@@ -137,9 +213,23 @@ class _Wire(asyncio.Protocol):
     async def write(self, data: bytes) -> None:
         if self._ended or self.transport is None or self.transport.is_closing():
             raise ConnectionResetError("connection closed")
-        self.transport.write(data)
+        if self._tls is None:
+            self.transport.write(data)
+        else:
+            self._tls.write(data)  # a memory BIO takes it all (TLS 1.3 and 1.2 clients never renegotiate)
+            self._tls_flush()
         if self._writable is not None:
             await self._writable
+
+    def close(self) -> None:
+        """Close the connection; over TLS, a close_notify goes out first (not waited for)."""
+        if self.transport is None:
+            return
+        if self._tls is not None and not self._ended and not self.transport.is_closing():
+            with contextlib.suppress(ssl.SSLError, ValueError):  # the peer's close_notify: not waited for
+                self._tls.unwrap()
+            self._tls_flush()
+        self.transport.close()
 
 
 async def connect_tcp(ip: str, port: int) -> tuple[asyncio.Transport, _Wire]:
@@ -171,16 +261,11 @@ async def dial(
     if ssl_context is not None:
         progress.stage = "tls"
         try:
-            tls = await asyncio.get_running_loop().start_tls(
-                transport, wire, ssl_context, server_hostname=host
-            )
+            await wire.start_tls(ssl_context, host)
         except BaseException as exc:
             transport.abort()
             progress.tls_reason = _tls_reason(exc)
             raise
-        if tls is None:  # pragma: no cover - only for a transport that cannot do TLS
-            raise OSError("TLS could not start")
-        wire.transport = tls
     return Connection(wire)
 
 
@@ -240,8 +325,7 @@ class Connection:
         return self._wire.untouched()
 
     def close(self) -> None:
-        if self._wire.transport is not None:
-            self._wire.transport.close()
+        self._wire.close()
 
     async def _next_event(self, progress: Progress) -> h11.Event:
         while True:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from contextlib import asynccontextmanager, contextmanager, nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,20 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 _Compiled = tuple[str, tuple[str, ...], dict[str, Any]]
 COMPILED_KEPT = 256  # statements write_returning keeps compiled (SQLite); callers reuse a few
 _MIGRATION_LOCK = 0x5B0A_2D24  # pg_advisory_lock key: one instance migrates at a time
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedWrite:
+    """A writing statement ready for :meth:`Database.write_returning`, without its SQLAlchemy tree on
+    SQLite: there only the SQL text, its parameter order and its literals' values are kept. A long
+    statement's tree is large (the notify worker's health statements, 227 rows of nine bound columns
+    in all, held about 4.5 MiB of Python objects per worker process once compiled), and SQLite needs
+    none of it to run the text. On PostgreSQL it holds the statement (SQLAlchemy executes it)."""
+
+    statement: UpdateBase | None
+    sql: str = ""
+    names: tuple[str, ...] = ()
+    defaults: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -117,8 +131,16 @@ class Database:
             async with self._writer.begin() as conn:
                 yield conn
 
+    def prepare_write(self, statement: UpdateBase) -> PreparedWrite:
+        """``statement`` for repeated :meth:`write_returning` calls; on SQLite compiled now, and the
+        statement itself not kept (so the caller can let it go)."""
+        if not self.is_sqlite:
+            return PreparedWrite(statement)
+        sql, names, defaults = self._compile(statement)
+        return PreparedWrite(None, sql, names, defaults)
+
     async def write_returning(
-        self, statement: UpdateBase, params: Mapping[str, Any]
+        self, statement: UpdateBase | PreparedWrite, params: Mapping[str, Any]
     ) -> list[tuple[Any, ...]]:
         """One writing statement as its own transaction; its RETURNING rows as plain tuples.
 
@@ -131,10 +153,16 @@ class Database:
 
         For statements built once and reused, with bound ``params`` that need no type conversion
         (strings, numbers, booleans, NULL): on SQLite each statement is compiled once and kept."""
+        if isinstance(statement, PreparedWrite) and statement.statement is not None:
+            statement = statement.statement
         if not self.is_sqlite:
+            assert not isinstance(statement, PreparedWrite)
             async with self.begin() as conn:
                 return [tuple(row) for row in (await conn.execute(statement, dict(params))).all()]
-        sql, names, defaults = self._compiled_sql(statement)
+        if isinstance(statement, PreparedWrite):
+            sql, names, defaults = statement.sql, statement.names, statement.defaults
+        else:
+            sql, names, defaults = self._compiled_sql(statement)
         args = tuple(params[name] if name in params else defaults[name] for name in names)
         try:
             async with self.engine.connect() as conn:
@@ -211,33 +239,36 @@ class Database:
         return self._group_writer
 
     @asynccontextmanager
-    async def pg_transaction(self) -> AsyncIterator[tuple[AsyncConnection, Any]]:
+    async def pg_transaction(self, *, alone: bool = False) -> AsyncIterator[tuple[AsyncConnection, Any]]:
         """PostgreSQL only: a transaction opened on the driver connection itself, for the claim path.
 
         Yields the SQLAlchemy connection (in autocommit, so in-transaction handlers' statements join
         the driver's transaction) and the asyncpg connection (``fetch`` with positional parameters: no
         SQLAlchemy statement machinery per call). BEGIN and COMMIT are asyncpg's own; anything raised
-        inside rolls back. Errors come out as store errors, as from :meth:`begin`."""
+        inside rolls back. ``alone``: no BEGIN and no COMMIT, for one statement that is its own
+        transaction (two round trips fewer). Errors come out as store errors, as from :meth:`begin`."""
         assert not self.is_sqlite
         with store_errors():
             async with self._plain.connect() as conn:
                 raw = await conn.get_raw_connection()
                 driver: Any = raw.driver_connection  # asyncpg.Connection
-                async with driver.transaction():
+                async with nullcontext() if alone else driver.transaction():
                     yield conn, driver
 
     def _compiled_sql(self, statement: UpdateBase) -> _Compiled:
         """SQL text, parameter order and the values of the statement's own literals (its defaults)."""
         found = self._compiled.get(statement)
         if found is None:
-            compiled = statement.compile(dialect=self.engine.dialect)
-            assert isinstance(compiled, SQLCompiler)
             if len(self._compiled) >= COMPILED_KEPT:
                 self._compiled.clear()
-            defaults = {name: bind.effective_value for name, bind in compiled.binds.items()}
-            found = (compiled.string, tuple(compiled.positiontup or ()), defaults)
-            self._compiled[statement] = found
+            found = self._compiled[statement] = self._compile(statement)
         return found
+
+    def _compile(self, statement: UpdateBase) -> _Compiled:
+        compiled = statement.compile(dialect=self.engine.dialect)
+        assert isinstance(compiled, SQLCompiler)
+        defaults = {name: bind.effective_value for name, bind in compiled.binds.items()}
+        return compiled.string, tuple(compiled.positiontup or ()), defaults
 
     async def fetch(self, statement: Executable, params: Mapping[str, Any] | None = None) -> list[Row[Any]]:
         """One read statement outside any transaction (it needs none: one statement sees one snapshot),

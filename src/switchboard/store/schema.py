@@ -37,6 +37,9 @@ LIVE_STATUSES = ("pending", "claimed", "failed")
 # bound parameters PostgreSQL cannot match the index once a prepared statement goes to a generic plan
 # (after 5 executions on one connection), and every insert fails.
 PENDING_PREDICATE = text("status = 'pending'")  # ix_todos_claim_pending; the claim repeats it literally
+NOT_PENDING_PREDICATE = text("status <> 'pending'")
+CLAIMED_PREDICATE = text("status = 'claimed'")  # the lease sweep's index
+FAILED_PREDICATE = text("status = 'failed'")  # the retry sweep's index
 LIVE_DEDUP_PREDICATE = text("status IN ('pending', 'claimed', 'failed') AND dedup_key IS NOT NULL")
 
 humans = Table(
@@ -132,7 +135,16 @@ todos = Table(
     Column("last_error", Text, nullable=True),
     Column("created_at", BigInteger, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
-    Index("ix_todos_claim", "endpoint_id", "status", "queue", "created_at"),
+    # Per-endpoint reads (console, CLI); on PostgreSQL not the pending rows, which only the claim's index
+    # may serve whatever the statistics say (migration todo_state_indexes).
+    Index(
+        "ix_todos_claim",
+        "endpoint_id",
+        "status",
+        "queue",
+        "created_at",
+        postgresql_where=NOT_PENDING_PREDICATE,
+    ),
     # claim_next: an endpoint's pending rows in claim order (migration claim_index, issue 18).
     Index(
         "ix_todos_claim_pending",
@@ -142,8 +154,18 @@ todos = Table(
         sqlite_where=PENDING_PREDICATE,
         postgresql_where=PENDING_PREDICATE,
     ),
-    Index("ix_todos_lease", "status", "lease_expires_at"),
-    Index("ix_todos_retry", "status", "retry_at"),
+    Index(
+        "ix_todos_lease",
+        "lease_expires_at",
+        sqlite_where=CLAIMED_PREDICATE,
+        postgresql_where=CLAIMED_PREDICATE,
+    ),
+    Index(
+        "ix_todos_retry",
+        "retry_at",
+        sqlite_where=FAILED_PREDICATE,
+        postgresql_where=FAILED_PREDICATE,
+    ),
     Index(
         "uq_todos_live_dedup",
         "dedup_key",

@@ -90,20 +90,30 @@ _EVENT_COLUMNS = "id, todo_id, transition, reason, attempt, lease_expires_at, ac
 
 # -- PostgreSQL ------------------------------------------------------------------------------------
 
+
 # asyncpg's positional parameters: $1 endpoint_id, $2 queues, $3 limit, $4 lease, $5 now, $6 instance_id,
-# $7 event_ids.
-_CLAIM_PG = f"""
+# $7 event_ids. The UPDATE joins ``picked`` on the primary key and tests nothing else: ``picked`` locked
+# the rows and re-checked ``status = 'pending'`` on their newest version, so nothing can move them
+# before it, and a status test there let the planner drive the join from a scan of every pending row
+# (a queue table's statistics usually say nothing is pending; migration todo_state_indexes, and
+# tests/unit/store/test_claim_plan_pg.py, which makes that happen). The ack reads by primary key too.
+def _claim_pg(*, alone: bool) -> str:
+    """The claim. ``alone`` (one todo, as the ack's): its own transaction; it moves nothing if the
+    picked todo comes from a source in ``$8``, and its first column counts those."""
+    held = "), held AS (SELECT count(*) AS n FROM picked WHERE picked.source = ANY(CAST($8 AS varchar[]))"
+    moved = ", ".join(f"moved.{c}" for c in _COLUMNS)
+    return f"""
 WITH picked AS (
-    SELECT id FROM todos
+    SELECT id, source FROM todos
     WHERE endpoint_id = $1 AND status = 'pending' AND queue = ANY(CAST($2 AS varchar[]))
     ORDER BY created_at, id
     LIMIT $3
     FOR UPDATE SKIP LOCKED
-), moved AS (
+{held if alone else ""}), moved AS (
     UPDATE todos SET status = 'claimed', attempt = todos.attempt + 1, lease_expires_at = $4,
         retry_at = NULL, updated_at = $5
     FROM picked
-    WHERE todos.id = picked.id AND todos.status = 'pending'
+    WHERE todos.id = picked.id{" AND (SELECT n FROM held) = 0" if alone else ""}
     RETURNING {_select_list("todos")}
 ), numbered AS (
     SELECT moved.id, moved.attempt, row_number() OVER (ORDER BY moved.id) AS n FROM moved
@@ -114,19 +124,46 @@ WITH picked AS (
     FROM numbered
     JOIN unnest(CAST($7 AS varchar[])) WITH ORDINALITY AS e(event_id, n) ON e.n = numbered.n
 )
-SELECT * FROM moved
+{f"SELECT held.n, {moved} FROM held LEFT JOIN moved ON true" if alone else "SELECT * FROM moved"}
 """
 
-# $1 endpoint_id, $2 ids, $3 results, $4 event_ids, $5 now, $6 instance_id.
-_ACK_PG = f"""
+
+_CLAIM_PG = _claim_pg(alone=False)
+_CLAIM_ALONE_PG = _claim_pg(alone=True)
+# A claim made alone whose answer failed: back to exactly what it was, timeline row included, so the
+# claimer buries it as it does after a rollback. $1 id, $2 the claim's attempt.
+_UNCLAIM_PG = """
+WITH undone AS (
+    UPDATE todos SET status = 'pending', attempt = attempt - 1, lease_expires_at = NULL
+    WHERE id = $1 AND status = 'claimed' AND attempt = $2
+    RETURNING id
+)
+DELETE FROM todo_events USING undone
+WHERE todo_events.todo_id = undone.id AND todo_events.transition = 'claimed' AND todo_events.attempt = $2
+"""
+
+
+# $1 endpoint_id, $2 ids, $3 results, $4 event_ids, $5 now, $6 instance_id; alone, $7 held sources.
+def _ack_pg(*, alone: bool) -> str:
+    """The ack. ``alone``: a statement that is its own transaction, for todos no in-transaction handler
+    acts on: it moves nothing if one of them comes from a source in ``$7``
+    (``TransitionHub.transaction_sources``) and its first column counts those (the ack is then made
+    again in a transaction); its other columns are NULL when nothing moved."""
+    held = """
+), held AS (
+    SELECT count(*) AS n FROM todos
+    WHERE todos.endpoint_id = $1 AND todos.status = 'claimed' AND todos.id = ANY(CAST($2 AS varchar[]))
+        AND todos.source = ANY(CAST($7 AS varchar[]))"""
+    moved = ", ".join(f"moved.{c}" for c in _COLUMNS)
+    return f"""
 WITH given AS (
     SELECT * FROM unnest(CAST($2 AS varchar[]), CAST($3 AS text[]), CAST($4 AS varchar[]))
-        AS g(id, result, event_id)
+        AS g(id, result, event_id){held if alone else ""}
 ), moved AS (
     UPDATE todos SET status = 'done', lease_expires_at = NULL, result = given.result, updated_at = $5
     FROM given
-    WHERE todos.id = given.id AND todos.endpoint_id = $1 AND todos.status = 'claimed'
-        AND todos.lease_expires_at >= $5
+    WHERE todos.id = ANY(CAST($2 AS varchar[])) AND todos.id = given.id AND todos.endpoint_id = $1
+        AND todos.status = 'claimed' AND todos.lease_expires_at >= $5{" AND (SELECT n FROM held) = 0" if alone else ""}
     RETURNING {_select_list("todos", payload=False)}, given.event_id
 ), events AS (
     INSERT INTO todo_events ({_EVENT_COLUMNS})
@@ -134,8 +171,12 @@ WITH given AS (
         CAST($6 AS varchar), CAST($5 AS bigint)
     FROM moved
 )
-SELECT {", ".join(_COLUMNS)} FROM moved
+{f"SELECT held.n, {moved} FROM held LEFT JOIN moved ON true" if alone else f"SELECT {', '.join(_COLUMNS)} FROM moved"}
 """
+
+
+_ACK_PG = _ack_pg(alone=False)
+_ACK_ALONE_PG = _ack_pg(alone=True)
 
 # -- SQLite (driver SQL, named parameters) ---------------------------------------------------------
 
@@ -229,7 +270,7 @@ class TodoClaims:
                 self._instance(),
                 [new_id("te") for _ in range(min(limit, MAX_BATCH))],
             )
-            rows, transitions = await self._pg_move(_CLAIM_PG, args, "claimed", now, answer)
+            rows, transitions = await self._pg_claim(args, now, answer)
         self.hub.publish(transitions)
         return rows
 
@@ -264,9 +305,43 @@ class TodoClaims:
                 now_ms,
                 self._instance(),
             )
-            rows, transitions = await self._pg_move(_ACK_PG, args, "done", now, None)
+            rows, transitions = await self._pg_ack(args, now)
         self.hub.publish(transitions)
         return rows
+
+    async def _pg_claim(
+        self, args: tuple[Any, ...], now: float, answer: Answer | None
+    ) -> tuple[list[Moved], list[Transition]]:
+        """A claim on PostgreSQL. One todo is claimed by the statement alone, as an ack is
+        (:meth:`_pg_ack`); its answer is built after that commit, and if it cannot be built the claim is
+        undone (``_UNCLAIM_PG``) before the error goes up, as the rollback undoes a batch's."""
+        held = self.hub.transaction_sources("claimed")
+        if held is not None and args[2] == 1:
+            async with self.db.pg_transaction(alone=True) as (_conn, driver):
+                result = await driver.fetch(_CLAIM_ALONE_PG, *args, sorted(held))
+            if result[0][0] == 0:
+                rows = [Moved(*r[1:]) for r in result if r[1] is not None]
+                try:
+                    self._answer(rows, answer)
+                except BaseException:
+                    async with self.db.pg_transaction() as (_conn, driver):
+                        for row in rows:
+                            await driver.execute(_UNCLAIM_PG, row.id, row.attempt)
+                    raise
+                return rows, self._transitions(rows, "claimed", now)
+        return await self._pg_move(_CLAIM_PG, args, "claimed", now, answer)
+
+    async def _pg_ack(self, args: tuple[Any, ...], now: float) -> tuple[list[Moved], list[Transition]]:
+        """The ack on PostgreSQL: the statement alone (no BEGIN, no COMMIT) unless a todo in it may be
+        one an in-transaction handler acts on (an A2A task's), then in a transaction with the handlers."""
+        held = self.hub.transaction_sources("done")
+        if held is not None:
+            async with self.db.pg_transaction(alone=True) as (_conn, driver):
+                result = await driver.fetch(_ACK_ALONE_PG, *args, sorted(held))
+            if result[0][0] == 0:
+                rows = _order([Moved(*r[1:]) for r in result if r[1] is not None])
+                return rows, self._transitions(rows, "done", now)
+        return await self._pg_move(_ACK_PG, args, "done", now, None)
 
     async def states(self, endpoint_id: str, ids: Sequence[str]) -> dict[str, str]:
         """The status of each of ``ids`` that is this endpoint's todo (one read): why an ack did not move it."""

@@ -95,17 +95,40 @@ class TransitionHub:
         self.instance_id = instance_id
         self._in_tx: list[InTxHandler] = []
         self._in_tx_wants: list[Callable[[Transition], bool] | None] = []
+        self._in_tx_bounds: list[tuple[frozenset[str] | None, frozenset[str] | None]] = []
         self._subs: list[_Subscription] = []
         self._gap: list[Callable[[], Awaitable[None]]] = []
         self._running = False
 
     def add_in_transaction(
-        self, handler: InTxHandler, *, wants: Callable[[Transition], bool] | None = None
+        self,
+        handler: InTxHandler,
+        *,
+        wants: Callable[[Transition], bool] | None = None,
+        sources: frozenset[str] | None = None,
+        moves: frozenset[str] | None = None,
     ) -> None:
         """``wants``: true for every transition ``handler`` may act on (it is given all of them anyway);
-        None: it may act on any."""
+        None: it may act on any. ``sources`` and ``moves`` (when given) bound the same set before any
+        row is read, by the todos' ``source`` and the transition's name: ``wants`` must never be true
+        outside them. They let a store make other moves without a transaction
+        (:meth:`transaction_sources`)."""
         self._in_tx.append(handler)
         self._in_tx_wants.append(wants)
+        self._in_tx_bounds.append((sources, moves))
+
+    def transaction_sources(self, move: str) -> frozenset[str] | None:
+        """For transitions named ``move``: the todo sources an in-transaction handler may act on (moves
+        of todos from these sources need a transaction and :meth:`run_in_transaction`; the others may be
+        made by a statement alone). None: a handler may act on a todo from any source."""
+        held: set[str] = set()
+        for sources, moves in self._in_tx_bounds:
+            if moves is not None and move not in moves:
+                continue
+            if sources is None:
+                return None
+            held |= sources
+        return frozenset(held)
 
     def needs_transaction(self, transitions: Sequence[Transition]) -> bool:
         """Whether an in-transaction handler may act on one of ``transitions``: then they must be made

@@ -23,7 +23,7 @@ from switchboard.notify.component import NotifyComponent
 from switchboard.notify.dispatcher import Dispatcher
 from switchboard.notify.process import WORKER_COMMAND, RemoteDispatcher, child_of, queue_shares
 from switchboard.notify.wire import line, transitions_lines, transitions_of
-from switchboard.notify.worker import NICENESS
+from switchboard.notify.worker import NICENESS, READ_LIMIT
 from switchboard.services import build_services
 from switchboard.settings import MAX_AUTO_NOTIFY_PROCESSES
 from switchboard.store.transitions import Transition
@@ -154,6 +154,7 @@ async def test_the_worker_module_answers_and_exits_at_the_end_of_its_input(tmp_p
     )
     assert proc.stdin is not None and proc.stdout is not None
     hello = {"settings": settings.model_dump(mode="json"), "retry_delays": [1.0, 5.0]}
+    assert len(line({"hello": hello})) * 8 < READ_LIMIT  # the settings' line fits the worker's reads
     proc.stdin.write(line({"hello": hello}) + line({"idle": 7}))
     async with asyncio.timeout(30):
         answer = json.loads(await proc.stdout.readline())
@@ -335,5 +336,7 @@ def test_a_batch_goes_to_the_worker_in_lines_its_small_read_buffer_takes() -> No
     for data, carried in lines:
         assert data.endswith(b"\n") and len(data) <= 64 * 1024 + 8 * 1024
         assert transitions_of(json.loads(data)["t"]) == carried
+    # the worker's read limit holds the longest line with room to spare (a longer one would end it)
+    assert max(len(data) for data, _ in lines) * 2 < READ_LIMIT
     ((small, carried),) = transitions_lines(batch[1:4])  # a small batch is one line, as before
     assert carried == batch[1:4] and transitions_of(json.loads(small)["t"]) == batch[1:4]

@@ -17,7 +17,7 @@ from switchboard.cred import Envelope
 from switchboard.notify.store import Hook, HookStore
 from switchboard.obs.metrics import Metrics
 from switchboard.store.accounts import AccountStore, Endpoint
-from switchboard.store.db import Database
+from switchboard.store.db import Database, PreparedWrite
 from switchboard.store.schema import endpoints, notify_hooks
 from switchboard.verbs import NOTIFY_HOOKS
 
@@ -81,7 +81,8 @@ class NotifyDB:
 
         async def direct(statement: Any, params: Any) -> Any:
             if self.db.is_sqlite:
-                record(None, None, str(statement.compile(dialect=self.db.engine.dialect)))
+                sql = statement.sql if isinstance(statement, PreparedWrite) else None
+                record(None, None, sql or str(statement.compile(dialect=self.db.engine.dialect)))
             return await real(statement, params)
 
         engine = self.db.engine.sync_engine

@@ -21,6 +21,7 @@ import pytest
 from sqlalchemy import event, func, select
 
 from switchboard.clock import ManualClock
+from switchboard.mcp.batch import Answer
 from switchboard.store.accounts import AccountStore
 from switchboard.store.db import Database
 from switchboard.store.schema import todos
@@ -28,6 +29,7 @@ from switchboard.store.schema_console import todo_events
 from switchboard.store.todo_claims import _CLAIM_PG
 from switchboard.store.todos import NewTodo, TodoStore
 from switchboard.store.transitions import Transition, TransitionHub
+from switchboard.text import Unstorable
 
 
 class Sent:
@@ -89,9 +91,11 @@ def _todo(endpoint_id: str, n: int, queue: str = "inbox") -> NewTodo:
     return NewTodo(endpoint_id=endpoint_id, queue=queue, title=f"t{n}", payload={"n": n}, verified=True)
 
 
-def _expected(database: Database, moves: int = 1) -> list[str]:
+def _expected(database: Database, moves: int = 1, *, alone: bool = False) -> list[str]:
     if database.is_sqlite:
         return sorted(["BEGIN", *["SAVEPOINT", "UPDATE", "INSERT", "RELEASE"] * moves, "COMMIT"])
+    if alone:  # an ack, or a claim of one: no in-transaction handler acts on these todos
+        return ["WITH"]
     return sorted(["BEGIN", "WITH", "COMMIT"])
 
 
@@ -105,11 +109,11 @@ async def test_one_claim_and_one_ack_are_one_statement_each(
     row = await store.claim_next(ep, ["inbox"], 60)
     assert row is not None and row.id == ids[1] and row.attempt == 1
     assert json.loads(row.payload or "null") == {"n": 1}
-    assert traced.verbs() == _expected(database), traced.statements
+    assert traced.verbs() == _expected(database, alone=True), traced.statements
     traced.statements.clear()
     done = await store.ack(ep, ids[1], {"ok": True})
     assert done is not None and done.status == "done" and json.loads(done.result or "null") == {"ok": True}
-    assert traced.verbs() == _expected(database), traced.statements
+    assert traced.verbs() == _expected(database, alone=True), traced.statements
 
 
 async def test_a_batch_costs_what_one_does_and_the_timeline_has_every_move(
@@ -134,7 +138,7 @@ async def test_a_batch_costs_what_one_does_and_the_timeline_has_every_move(
     traced.statements.clear()
     acked = await store.ack_many(ep, [(r.id, {"n": i}) for i, r in enumerate(rows[:5])] + [(ids[1], None)])
     assert sorted(r.id for r in acked) == sorted(r.id for r in rows[:5])  # ids[1] is done already
-    assert traced.verbs() == _expected(database), traced.statements
+    assert traced.verbs() == _expected(database, alone=True), traced.statements
     await hub.idle()
     moved = [(t.todo_id, t.transition) for t in seen if t.transition != "created"]
     assert moved == [
@@ -220,3 +224,72 @@ async def test_in_transaction_handlers_commit_and_roll_back_with_the_claim(
         )
     # both creations, the claim that committed and the ack; the failed claim's mark rolled back with it
     assert sorted(marked) == sorted([ids[0], ids[1], ids[0], ids[0]])
+
+
+async def test_an_ack_runs_in_a_transaction_only_when_a_handler_may_act_on_its_todos(
+    database: Database, hub: TransitionHub, clock: ManualClock, traced: Sent
+) -> None:
+    """PostgreSQL: an ack is its statement alone unless a todo in it comes from a source an
+    in-transaction handler declared (the A2A outbox: ``a2a``); then it is made in a transaction with the
+    handler, which sees it, and nothing is moved twice."""
+    if database.is_sqlite:
+        pytest.skip("SQLite's acks go through the group-commit writer (test_sqlite_writer.py)")
+    seen: list[tuple[str, str]] = []
+
+    async def outbox(_conn: Any, transitions: Any) -> None:
+        seen.extend(
+            (t.todo_id, t.transition) for t in transitions if t.source == "a2a" and t.transition != "created"
+        )
+
+    hub.add_in_transaction(outbox, wants=lambda t: t.source == "a2a", sources=frozenset({"a2a"}))
+    store, ep = await _setup(database, hub, clock)
+    plain, task = (
+        await store.create(
+            [_todo(ep, 0), NewTodo(endpoint_id=ep, queue="inbox", title="t", payload={}, source="a2a")]
+        )
+    ).created
+    claimed = await store.claim_many(ep, ["inbox"], 60, 2)
+    assert sorted(r.id for r in claimed) == sorted([plain, task])
+    traced.statements.clear()
+    assert [r.id for r in await store.ack_many(ep, [(plain, None)])] == [plain]
+    assert traced.verbs() == ["WITH"] and seen == [(task, "claimed")], traced.statements
+    traced.statements.clear()
+    assert sorted(r.id for r in await store.ack_many(ep, [(plain, None), (task, None)])) == [task]
+    # declined alone (a task is in it), then made in a transaction, where the handler saw it
+    assert traced.verbs() == sorted(["WITH", "BEGIN", "WITH", "COMMIT"]), traced.statements
+    assert seen == [(task, "claimed"), (task, "done")]
+    assert hub.transaction_sources("claimed") == frozenset({"a2a"})
+
+
+async def test_a_claim_made_alone_whose_answer_fails_is_undone_and_buried(
+    database: Database, hub: TransitionHub, clock: ManualClock
+) -> None:
+    """PostgreSQL: ``claim_next`` commits with its statement, so an answer that cannot be built (a row
+    stored before the text boundary) undoes the claim, timeline row included, before the claimer buries
+    it; the queue goes on with the next todo."""
+    if database.is_sqlite:
+        pytest.skip("SQLite's claim and its answer share the writer's transaction")
+    store, ep = await _setup(database, hub, clock)
+    poisoned, fine = (await store.create([_todo(ep, 0), _todo(ep, 1)])).created
+    async with database.begin() as conn:
+        await conn.execute(todos.update().where(todos.c.id == poisoned).values(payload='{"x":"\\ud800"}'))
+    answer = Answer()
+    with pytest.raises(Unstorable):
+        await store.claim_many(ep, ["inbox"], 60, 1, answer=answer)
+    assert answer.todo_id == poisoned
+    async with database.read() as conn:
+        row = (
+            await conn.execute(select(todos.c.status, todos.c.attempt).where(todos.c.id == poisoned))
+        ).one()
+        claimed_events = (
+            await conn.execute(
+                select(func.count()).where(
+                    todo_events.c.todo_id == poisoned, todo_events.c.transition == "claimed"
+                )
+            )
+        ).scalar_one()
+    assert (row.status, row.attempt, claimed_events) == ("pending", 0, 0)
+    buried = await store.bury(ep, poisoned, "unanswerable")
+    assert buried is not None
+    nxt = await store.claim_many(ep, ["inbox"], 60, 1, answer=Answer())
+    assert [r.id for r in nxt] == [fine]

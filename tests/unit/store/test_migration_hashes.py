@@ -30,6 +30,7 @@ LANDED = {
     "0011_rate_windows.py": "7b017a23c49a366c91b0430bd81be8f824fd80e31b7e247b6ff7d911be250f28",
     "0012_rate_buckets.py": "110e7516f0ee004f8cf3ca668a50b748cb058d03e064bd2b23718c4c91613cae",
     "0013_endpoint_epoch.py": "4d275decc3b4f4fec6b635c5789d8f8474ef351b3c6318cb2c8e992dc3eea436",
+    "0014_todo_state_indexes.py": "bb3fedfc6f3591489174892e1509779de6170e209932d2ec0438e9b12ed69661",
 }
 
 

@@ -6,11 +6,13 @@ stalling the event loop, store errors fail one batch only, and dispose leaves no
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -330,3 +332,102 @@ async def test_the_writer_and_the_loop_side_path_take_turns_without_deadlock(
     # Both paths ran: the plain moves (and the empty last claims) on the writer, unless a declined
     # claim's retry on the loop picked a plain todo after another claimer took the task first.
     assert len(plain) <= _writer(database).works <= 2 * len(plain) + 16
+
+
+def _checkpoint_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("sqlite-checkpoint")]
+
+
+async def test_checkpoints_run_beside_the_writer_not_in_its_commits(database: Database) -> None:
+    """The writer's COMMIT never runs SQLite's auto-checkpoint (it made a batch of claims and everything
+    queued behind it wait); every ``checkpoint_commits`` commits the checkpointer thread copies the WAL
+    into the database file instead."""
+    path = _path(database)
+    writer = SqliteWriter(Path(path), checkpoint_commits=3)
+
+    def fill(conn: sqlite3.Connection) -> int:
+        conn.execute("CREATE TABLE IF NOT EXISTS filler (b BLOB)")
+        conn.execute("INSERT INTO filler VALUES (zeroblob(6000000))")  # about 1,500 pages: past 1,000
+        return int(conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+
+    try:
+        size = os.path.getsize(path)
+        assert await writer.run(fill) == 0  # no auto-checkpoint on the writer's connection
+        assert await writer.run(fill) == 0
+        # Two commits of 1,500 pages each: SQLite's default would have checkpointed in the first.
+        assert os.path.getsize(path) == size and writer.checkpoints == 0 and _checkpoint_threads() == []
+        await writer.run(fill)  # the third commit starts a checkpoint, on its own thread
+        deadline = time.monotonic() + 30
+        while writer.checkpoints == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert writer.checkpoints == 1 and len(_checkpoint_threads()) == 1
+        assert os.path.getsize(path) > size + 12_000_000  # the WAL's pages, copied into the file
+    finally:
+        await writer.close()
+    assert _checkpoint_threads() == [] and _writer_threads() == []
+
+
+async def test_a_checkpoint_that_fails_is_logged_and_the_next_one_runs(
+    database: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The checkpointer cannot open the file (it was moved away): the writer goes on, the failure is
+    logged, and a later checkpoint, the file back, succeeds."""
+    caplog.set_level(logging.WARNING)
+    path = _path(database)
+    writer = SqliteWriter(Path(path), checkpoint_commits=2)
+
+    def write(conn: sqlite3.Connection) -> None:
+        conn.execute("CREATE TABLE IF NOT EXISTS filler (b BLOB)")
+        conn.execute("INSERT INTO filler VALUES (x'00')")
+
+    async def until(done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 30
+        while not done() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+    def failures() -> list[str]:
+        return [r.getMessage() for r in caplog.records]
+
+    try:
+        await writer.run(write)  # opens the writer's connection; no checkpoint yet
+        os.rename(path, path + ".away")
+        try:
+            await writer.run(write)  # commits on the open connection; its checkpoint cannot open the file
+            await until(lambda: bool(failures()))
+        finally:
+            os.rename(path + ".away", path)
+        assert writer.checkpoints == 0 and writer.commits == 2
+        assert failures() == ["sqlite checkpoint failed"]
+        for _ in range(2):
+            await writer.run(write)
+        await until(lambda: writer.checkpoints > 0)
+        assert writer.checkpoints == 1 and writer.commits == 4 and len(failures()) == 1
+    finally:
+        await writer.close()
+
+
+async def test_the_writer_takes_the_next_batch_without_waiting_for_the_loop(database: Database) -> None:
+    """Work queued while a batch runs starts as soon as that batch commits, even while the event loop is
+    busy (a task on the loop used to start each batch: a turn of a busy loop with claims waiting)."""
+    writer = _writer(database)
+    started: dict[str, float] = {}
+
+    def work(name: str, hold: float) -> Any:
+        def run(conn: sqlite3.Connection) -> str:
+            started[name] = time.monotonic()
+            conn.execute("SELECT 1")
+            time.sleep(hold)
+            return name
+
+        return run
+
+    first = asyncio.create_task(writer.run(work("first", 0.1)))
+    while "first" not in started:
+        await asyncio.sleep(0.005)
+    second = asyncio.create_task(writer.run(work("second", 0.0)))
+    await asyncio.sleep(0)  # the second is queued behind the first's batch
+    stalled = time.monotonic()
+    time.sleep(1.0)  # the loop is busy (blocked) from here
+    resumed = time.monotonic()
+    assert await first == "first" and await second == "second"
+    assert stalled < started["second"] < resumed  # its batch ran during the stall

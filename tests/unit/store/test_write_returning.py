@@ -37,6 +37,35 @@ async def test_the_change_is_committed_and_its_rows_returned(database: Database)
         await conn.execute(update(humans).values(email="cy@example.test"))
 
 
+async def test_a_prepared_write_runs_as_its_statement_and_keeps_only_its_text_on_sqlite(
+    database: Database,
+) -> None:
+    """``prepare_write``: the statement's SQL is kept (on SQLite without the statement, whose tree the
+    caller can let go), literals in it keep their values, and each run binds that run's parameters."""
+    await add(database, "h_1", "ann@example.test")
+    await add(database, "h_2", "bea@example.test")
+    statement = (
+        update(humans)
+        .where(humans.c.id == bindparam("p_id"))
+        .values(email=bindparam("p_email"), created_at=7)  # 7: a literal, bound by the statement itself
+        .returning(humans.c.id, humans.c.email, humans.c.created_at)
+    )
+    prepared = database.prepare_write(statement)
+    assert (prepared.statement is None) == database.is_sqlite
+    if database.is_sqlite:
+        assert prepared.sql == str(statement.compile(dialect=database.engine.dialect))
+    assert await database.write_returning(prepared, {"p_id": "h_1", "p_email": "cy@example.test"}) == [
+        ("h_1", "cy@example.test", 7)
+    ]
+    assert await database.write_returning(prepared, {"p_id": "h_2", "p_email": "di@example.test"}) == [
+        ("h_2", "di@example.test", 7)
+    ]
+    assert await database.write_returning(prepared, {"p_id": "nope", "p_email": "x"}) == []
+    async with database.read() as conn:
+        emails = (await conn.execute(select(humans.c.email).order_by(humans.c.id))).scalars().all()
+    assert emails == ["cy@example.test", "di@example.test"]
+
+
 async def test_no_matching_row_returns_nothing(database: Database) -> None:
     statement = (
         update(humans).where(humans.c.id == bindparam("p_id")).values(email="x").returning(humans.c.id)
