@@ -61,7 +61,8 @@ from switchboard.notify.hook_model import (
 )
 from switchboard.push import mint_secret, redact_url
 from switchboard.store.accounts import Endpoint, lock_endpoint
-from switchboard.store.db import Database, PreparedWrite
+from switchboard.store.db import Database
+from switchboard.store.direct_writes import PreparedWrite
 from switchboard.store.schema import endpoints, notify_hooks
 
 __all__ = [

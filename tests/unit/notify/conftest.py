@@ -17,7 +17,8 @@ from switchboard.cred import Envelope
 from switchboard.notify.store import Hook, HookStore
 from switchboard.obs.metrics import Metrics
 from switchboard.store.accounts import AccountStore, Endpoint
-from switchboard.store.db import Database, PreparedWrite
+from switchboard.store.db import Database
+from switchboard.store.direct_writes import PreparedWrite
 from switchboard.store.schema import endpoints, notify_hooks
 from switchboard.verbs import NOTIFY_HOOKS
 
