@@ -142,8 +142,9 @@ class _Wire(asyncio.Protocol):
                     chunk = tls.read(_TLS_READ)
                 except ssl.SSLWantReadError:
                     break
-                if not chunk:  # close_notify
+                if not chunk:  # close_notify: answer it and close (a server may wait for ours)
                     self._ended = True
+                    self._answer_close()
                     break
                 self._buffer += chunk
         except (ssl.SSLError, ssl.CertificateError) as exc:
@@ -229,6 +230,17 @@ class _Wire(asyncio.Protocol):
             with contextlib.suppress(ssl.SSLError, ValueError):  # the peer's close_notify: not waited for
                 self._tls.unwrap()
             self._tls_flush()
+        self.transport.close()
+
+    def _answer_close(self) -> None:
+        """The server closed the TLS session: send our close_notify and close the socket, as asyncio's
+        TLS layer did. A server shutting down gracefully (uvicorn, for one) waits for it, up to its TLS
+        shutdown timeout, before it closes a kept connection and exits."""
+        if self._tls is None or self.transport is None or self.transport.is_closing():
+            return
+        with contextlib.suppress(ssl.SSLError, ValueError):
+            self._tls.unwrap()
+        self._tls_flush()
         self.transport.close()
 
 

@@ -287,6 +287,44 @@ async def test_attempts_stuck_in_the_tls_handshake_hold_little_memory(
 # --- redirects, statuses, bodies ----------------------------------------------------------
 
 
+async def test_a_kept_connection_answers_the_servers_close_notify(
+    trustme_ca: trustme.CA, make_sender: Callable[..., Sender]
+) -> None:
+    """A server that closes a kept TLS connection gracefully (uvicorn shutting down, asyncio's TLS
+    layer) sends close_notify and waits for the client's before it lets the socket go: the connection
+    answers it at once, so such a server is not held for its TLS shutdown timeout (20 s here)."""
+    held: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        await reader.readexactly(length)
+        writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")  # keep-alive: the client keeps the connection
+        await writer.drain()
+        await asyncio.sleep(0.3)  # the connection sits idle in the sender's pool meanwhile
+        started = time.monotonic()
+        writer.close()  # close_notify, then the wait for the client's
+        await writer.wait_closed()
+        held.set_result(time.monotonic() - started)
+
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    trustme_ca.issue_cert(HOST).configure_cert(server_ctx)
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=server_ctx, ssl_shutdown_timeout=20)
+    try:
+        port = server.sockets[0].getsockname()[1]
+        result = await make_sender().send(
+            f"https://{HOST}:{port}/hook", body=BODY, headers=signed([mint_secret()])
+        )
+        assert result.status == 204
+        assert await asyncio.wait_for(held, 10) < 5
+    finally:
+        server.close()
+
+
 @pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
 async def test_redirect_is_a_failure_and_location_is_never_dialled(
     receiver: HTTPSReceiver, make_sender: Callable[..., Sender], status: int
