@@ -25,6 +25,7 @@ from bench.common import RECEIVER_HOST, memory_kib, metric
 from bench.context import Bench, RssSampler, running, sqlite_rows, wait_until
 from bench.procs import ReceiverProc
 from bench.world import build_world
+from switchboard.notify.droplog import WINDOW
 
 ENDPOINTS = 100
 TODOS = 100_000
@@ -148,6 +149,19 @@ async def run(b: Bench) -> dict[str, Any]:
                     "max_seconds": 60,
                 },
             )
+
+            # A coalesced ``notification dropped`` line is written when its window ends (a timer, at
+            # most WINDOW seconds after the drop it gathers): the log is read once every drop counted
+            # is in it, or a window and a margin after that, whichever comes first.
+            async def logged_all() -> bool:
+                logged = sum(
+                    int(line.get("drops", 1))
+                    for line in server.log_lines()
+                    if line.get("event") == "notification dropped"
+                )
+                return logged >= final["dropped"]
+
+            await wait_until(logged_all, timeout=WINDOW + 5.0, interval=0.5)
         drops_logged: Counter[str] = Counter()
         hub_warnings = 0
         hub_logged_total = 0
