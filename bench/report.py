@@ -794,7 +794,7 @@ def _s3(r: dict[str, Any]) -> list[str]:
         f"* The log against the counters: the coalesced `notification dropped` warnings report "
         f"{fmt(a['drops_logged_total'])} drops ("
         + (", ".join(f"{k}: {fmt(v)}" for k, v in a["drops_logged"].items()) or "none")
-        + f") of the {fmt(f['dropped'], 0)} counted (a coalesced line is written when its window ends, at most 5 s after its first drop; the log is read once it holds every counted drop, or 10 s after the counters settled); "
+        + f") of the {fmt(f['dropped'], 0)} counted (a coalesced line is written when its window ends, at most 5 s after its first drop; the bench reads the log once it holds every counted drop, waiting at most 10 s for that); "
         f"{a['hub_overflow_warnings']} `transition dropped` warnings, the last reporting "
         f"{fmt(a.get('hub_overflow_logged_total', 0))} of {fmt(f['hub_overflow'], 0)} (one warning per 1,000).",
         f"* Database: {', '.join(f'{k} {fmt(v)}' for k, v in r['db_statuses'].items())}; claimable (pending, on a queue in "
