@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.sql.base import Executable
 from sqlalchemy.sql.dml import UpdateBase
 
-from switchboard.store.direct_writes import DirectWrites, _Compiled
+from switchboard.store.direct_writes import DirectWrites, _Compiled, sqlite_errors
 from switchboard.store.errors import Conflict, StoreUnavailable
 from switchboard.store.files import secure_sqlite
 from switchboard.store.sqlite_writer import PRAGMAS, SqliteWriter
@@ -129,7 +128,7 @@ class Database(DirectWrites):
         errors, and anything raised inside rolls the transaction back."""
         assert self.is_sqlite
         async with self._sqlite_writer:
-            try:
+            with sqlite_errors():
                 async with self._plain.connect() as conn:
                     raw = await conn.get_raw_connection()
                     driver: Any = raw.driver_connection  # aiosqlite, in autocommit: we BEGIN ourselves
@@ -140,10 +139,6 @@ class Database(DirectWrites):
                         await driver.rollback()
                         raise
                     await driver.commit()
-            except sqlite3.IntegrityError as exc:
-                raise Conflict(str(exc).splitlines()[0][:200]) from exc
-            except (sqlite3.Error, OperationalError, InterfaceError, OSError) as exc:
-                raise StoreUnavailable("database unavailable") from exc
 
     def sqlite_writer(self) -> SqliteWriter | None:
         """SQLite on a file: the group-commit writer thread (store/sqlite_writer.py), made on first

@@ -5,8 +5,8 @@ must never hold SQLite's one write lock across the event loop's turns (SPEC-0024
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,19 @@ from switchboard.store.errors import Conflict, StoreUnavailable
 
 _Compiled = tuple[str, tuple[str, ...], dict[str, Any]]
 COMPILED_KEPT = 256  # statements write_returning keeps compiled (SQLite); callers reuse a few
+
+
+@contextmanager
+def sqlite_errors() -> Iterator[None]:
+    """SQLite's driver errors as store errors, for the paths that use the aiosqlite connection itself
+    (these writes, ``Database.sqlite_transaction``): a constraint is :class:`Conflict`, anything else
+    from the database or the connection :class:`StoreUnavailable`."""
+    try:
+        yield
+    except sqlite3.IntegrityError as exc:
+        raise Conflict(str(exc).splitlines()[0][:200]) from exc
+    except (sqlite3.Error, OperationalError, InterfaceError, OSError) as exc:
+        raise StoreUnavailable("database unavailable") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,15 +91,11 @@ class DirectWrites:
         else:
             sql, names, defaults = self._compiled_sql(statement)
         args = tuple(params[name] if name in params else defaults[name] for name in names)
-        try:
+        with sqlite_errors():
             async with self.engine.connect() as conn:
                 raw = await conn.get_raw_connection()
                 driver: Any = raw.driver_connection  # the aiosqlite connection, in autocommit
                 rows = await driver.execute_fetchall(sql, args)
-        except sqlite3.IntegrityError as exc:
-            raise Conflict(str(exc).splitlines()[0][:200]) from exc
-        except (sqlite3.Error, OperationalError, InterfaceError, OSError) as exc:
-            raise StoreUnavailable("database unavailable") from exc
         return [tuple(row) for row in rows]
 
     async def sqlite_autocommit(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
@@ -100,16 +109,12 @@ class DirectWrites:
         for the GIL with the lock held (up to the switch interval, 5 ms, in a busy process). For rows
         that need no atomicity with each other, like the delivery log's."""
         assert self.is_sqlite
-        try:
+        with sqlite_errors():
             async with self.engine.connect() as conn:
                 raw = await conn.get_raw_connection()
                 driver: Any = raw.driver_connection  # the aiosqlite connection, in autocommit
                 for sql, args in statements:
                     await driver.execute_fetchall(sql, tuple(args))
-        except sqlite3.IntegrityError as exc:
-            raise Conflict(str(exc).splitlines()[0][:200]) from exc
-        except (sqlite3.Error, OperationalError, InterfaceError, OSError) as exc:
-            raise StoreUnavailable("database unavailable") from exc
 
     def _compiled_sql(self, statement: UpdateBase) -> _Compiled:
         """SQL text, parameter order and the values of the statement's own literals (its defaults)."""
