@@ -97,11 +97,17 @@ _EVENT_COLUMNS = "id, todo_id, transition, reason, attempt, lease_expires_at, ac
 # before it, and a status test there let the planner drive the join from a scan of every pending row
 # (a queue table's statistics usually say nothing is pending; migration todo_state_indexes, and
 # tests/unit/store/test_claim_plan_pg.py, which makes that happen). The ack reads by primary key too.
+# An alone statement's answer: how many of its todos a handler declared (``held``), then the moved row's
+# columns (NULL when nothing moved): always one row at least (TodoClaims._pg_alone reads it).
+_ALONE_SELECT = (
+    f"SELECT held.n, {', '.join(f'moved.{c}' for c in _COLUMNS)} FROM held LEFT JOIN moved ON true"
+)
+
+
 def _claim_pg(*, alone: bool) -> str:
     """The claim. ``alone`` (one todo, as the ack's): its own transaction; it moves nothing if the
     picked todo comes from a source in ``$8``, and its first column counts those."""
     held = "), held AS (SELECT count(*) AS n FROM picked WHERE picked.source = ANY(CAST($8 AS varchar[]))"
-    moved = ", ".join(f"moved.{c}" for c in _COLUMNS)
     return f"""
 WITH picked AS (
     SELECT id, source FROM todos
@@ -124,7 +130,7 @@ WITH picked AS (
     FROM numbered
     JOIN unnest(CAST($7 AS varchar[])) WITH ORDINALITY AS e(event_id, n) ON e.n = numbered.n
 )
-{f"SELECT held.n, {moved} FROM held LEFT JOIN moved ON true" if alone else "SELECT * FROM moved"}
+{_ALONE_SELECT if alone else "SELECT * FROM moved"}
 """
 
 
@@ -154,7 +160,6 @@ def _ack_pg(*, alone: bool) -> str:
     SELECT count(*) AS n FROM todos
     WHERE todos.endpoint_id = $1 AND todos.status = 'claimed' AND todos.id = ANY(CAST($2 AS varchar[]))
         AND todos.source = ANY(CAST($7 AS varchar[]))"""
-    moved = ", ".join(f"moved.{c}" for c in _COLUMNS)
     return f"""
 WITH given AS (
     SELECT * FROM unnest(CAST($2 AS varchar[]), CAST($3 AS text[]), CAST($4 AS varchar[]))
@@ -171,7 +176,7 @@ WITH given AS (
         CAST($6 AS varchar), CAST($5 AS bigint)
     FROM moved
 )
-{f"SELECT held.n, {moved} FROM held LEFT JOIN moved ON true" if alone else f"SELECT {', '.join(_COLUMNS)} FROM moved"}
+{_ALONE_SELECT if alone else f"SELECT {', '.join(_COLUMNS)} FROM moved"}
 """
 
 
@@ -315,33 +320,36 @@ class TodoClaims:
         """A claim on PostgreSQL. One todo is claimed by the statement alone, as an ack is
         (:meth:`_pg_ack`); its answer is built after that commit, and if it cannot be built the claim is
         undone (``_UNCLAIM_PG``) before the error goes up, as the rollback undoes a batch's."""
-        held = self.hub.transaction_sources("claimed")
-        if held is not None and args[2] == 1:
-            async with self.db.pg_transaction(alone=True) as (_conn, driver):
-                result = await driver.fetch(_CLAIM_ALONE_PG, *args, sorted(held))
-            if result[0][0] == 0:
-                rows = [Moved(*r[1:]) for r in result if r[1] is not None]
-                try:
-                    self._answer(rows, answer)
-                except BaseException:
-                    async with self.db.pg_transaction() as (_conn, driver):
-                        for row in rows:
-                            await driver.execute(_UNCLAIM_PG, row.id, row.attempt)
-                    raise
-                return rows, self._transitions(rows, "claimed", now)
+        if args[2] == 1 and (rows := await self._pg_alone(_CLAIM_ALONE_PG, args, "claimed")) is not None:
+            try:
+                self._answer(rows, answer)
+            except BaseException:
+                async with self.db.pg_transaction() as (_conn, driver):
+                    for row in rows:
+                        await driver.execute(_UNCLAIM_PG, row.id, row.attempt)
+                raise
+            return rows, self._transitions(rows, "claimed", now)
         return await self._pg_move(_CLAIM_PG, args, "claimed", now, answer)
 
     async def _pg_ack(self, args: tuple[Any, ...], now: float) -> tuple[list[Moved], list[Transition]]:
         """The ack on PostgreSQL: the statement alone (no BEGIN, no COMMIT) unless a todo in it may be
         one an in-transaction handler acts on (an A2A task's), then in a transaction with the handlers."""
-        held = self.hub.transaction_sources("done")
-        if held is not None:
-            async with self.db.pg_transaction(alone=True) as (_conn, driver):
-                result = await driver.fetch(_ACK_ALONE_PG, *args, sorted(held))
-            if result[0][0] == 0:
-                rows = _order([Moved(*r[1:]) for r in result if r[1] is not None])
-                return rows, self._transitions(rows, "done", now)
+        if (rows := await self._pg_alone(_ACK_ALONE_PG, args, "done")) is not None:
+            return rows, self._transitions(rows, "done", now)
         return await self._pg_move(_ACK_PG, args, "done", now, None)
+
+    async def _pg_alone(self, sql: str, args: tuple[Any, ...], move: str) -> list[Moved] | None:
+        """An alone statement (``_claim_pg``/``_ack_pg(alone=True)``) as its own transaction: the rows
+        it moved, or None when a handler may act on any source or the statement declined (a todo in it
+        comes from a source a handler declared); the caller then makes the move in a transaction."""
+        held = self.hub.transaction_sources(move)
+        if held is None:
+            return None
+        async with self.db.pg_transaction(alone=True) as (_conn, driver):
+            result = await driver.fetch(sql, *args, sorted(held))
+        if result[0][0] != 0:
+            return None
+        return _order([Moved(*r[1:]) for r in result if r[1] is not None])
 
     async def states(self, endpoint_id: str, ids: Sequence[str]) -> dict[str, str]:
         """The status of each of ``ids`` that is this endpoint's todo (one read): why an ack did not move it."""
