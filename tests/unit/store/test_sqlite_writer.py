@@ -111,26 +111,52 @@ async def test_sixteen_claimers_on_one_endpoint_never_share_a_todo(
 
 
 async def test_an_answer_that_raises_undoes_only_its_own_claim(
-    database: Database, hub: TransitionHub, clock: ManualClock
+    database: Database, hub: TransitionHub, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ep_a, ep_b = await _endpoints(database, clock, 2)
     store = TodoStore(database, hub, clock)
     (todo_a,) = (await store.create(_todos(ep_a, 1))).created
     (todo_b,) = (await store.create(_todos(ep_b, 1))).created
     writer = _writer(database)
+    # Both claims must share one batch, whatever the machine's load: a first work holds the writer
+    # thread until both are queued behind it, so they form the next batch together.
+    inside, release = threading.Event(), threading.Event()
+
+    def hold(_conn: sqlite3.Connection) -> None:
+        inside.set()
+        assert release.wait(10)
+
+    holding = asyncio.create_task(writer.run(hold))
+    assert await asyncio.to_thread(inside.wait, 10)
+    commits = writer.commits
+    queued: list[Any] = []
+    both_queued = asyncio.Event()
+    run = writer.run
+
+    async def counted(work: Any) -> Any:
+        queued.append(work)
+        if len(queued) == 2:
+            both_queued.set()
+        return await run(work)  # queues synchronously, before this task first yields
+
+    monkeypatch.setattr(writer, "run", counted)
 
     def refuse(_row: Any) -> None:
         raise ValueError("cannot answer")
 
     answered: list[str] = []
-    first, second = await asyncio.gather(
+    claims = asyncio.gather(
         store.claim_many(ep_a, ["inbox"], 60, 1, answer=refuse),
         store.claim_many(ep_b, ["inbox"], 60, 1, answer=lambda row: answered.append(row.id)),
         return_exceptions=True,
     )
+    await asyncio.wait_for(both_queued.wait(), 10)
+    release.set()
+    await holding
+    first, second = await claims
     assert isinstance(first, ValueError) and str(first) == "cannot answer"
     assert isinstance(second, list) and [r.id for r in second] == [todo_b] == answered
-    assert writer.commits == 1  # one batch: the second committed beside the undone first
+    assert writer.commits - commits == 2  # the holding batch, then one: the second beside the undone first
     status = dict((r[0], r[1]) for r in await database.fetch(select(todos.c.id, todos.c.status)))
     assert status[todo_a] == "pending" and status[todo_b] == "claimed"
     claimed_a = select(func.count()).where(
