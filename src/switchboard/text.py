@@ -174,10 +174,11 @@ def truncate(text: str, n: int) -> str:
     cut = n
     while cut > 0 and _is_mark(text[cut]):
         cut -= 1
-    if cut == 0:
+    if cut == 0 and _is_mark(text[0]):
         return text[:n]
     # Either cut == n (text[n] starts a new cluster) or text[cut] is the base
-    # whose marks straddled n; text[:cut] excludes it in both cases.
+    # whose marks straddled n (the first character included: then nothing is
+    # left); text[:cut] excludes it in both cases.
     return text[:cut]
 
 

@@ -148,6 +148,10 @@ def test_truncate_keeps_astral_characters_whole() -> None:
 
 def test_truncate_only_marks_falls_back_to_a_hard_cut() -> None:
     assert truncate("\u0301" * 10, 3) == "\u0301" * 3
+    # A first cluster that straddles the cut is dropped whole, not cut after its base (hypothesis
+    # found "0" + a grave accent cut to "0").
+    assert truncate("0\u0300", 1) == ""
+    assert truncate("0\u0300\u0301x", 2) == ""
 
 
 @given(any_text, st.integers(min_value=0, max_value=50))
