@@ -31,6 +31,7 @@ import uvicorn
 
 from bench.common import HOST_SUFFIX, LOOPBACK
 from switchboard.app import create_app
+from switchboard.cli.serve import uvicorn_config
 from switchboard.heap import freeze_startup_heap
 from switchboard.obs import configure_logging
 from switchboard.services import build_services
@@ -106,17 +107,7 @@ def main(argv: list[str]) -> int:
                 freeze_startup_heap()  # as switchboard serve
                 print(f"READY {settings.listen_port}", flush=True)
 
-    server = Server(
-        uvicorn.Config(
-            app,
-            host=settings.listen_host,
-            port=settings.listen_port,
-            log_config=None,
-            access_log=False,
-            lifespan="on",
-            loop="asyncio",  # as `switchboard serve`: uvicorn's "auto" would take uvloop (pgqueuer brings it)
-        )
-    )
+    server = Server(uvicorn_config(app, settings))  # switchboard serve's own options and HTTP protocol
 
     def stop(_sig: int, _frame: FrameType | None) -> None:
         server.should_exit = True

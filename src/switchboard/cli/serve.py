@@ -8,7 +8,7 @@ import signal
 import socket
 import sys
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from switchboard import ops, preflight
 from switchboard.cli.base import (
@@ -24,16 +24,17 @@ from switchboard.obs import configure_logging, get_logger
 from switchboard.obs.logs import scrub
 from switchboard.settings import Settings
 
+if TYPE_CHECKING:
+    import uvicorn
+
 log = get_logger("switchboard.cli")
 
 
 def serve(settings: Settings) -> int:
     """Run the server until SIGTERM or SIGINT; uvicorn drains connections and runs the lifespan's shutdown."""
     import uvicorn  # only serve needs the web stack; admin commands stay quick to start
-    from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
     from switchboard.app import create_app
-    from switchboard.conn import guarded_protocol, install_accept_error_filter
 
     try:
         _preflight(settings)
@@ -74,9 +75,32 @@ def serve(settings: Settings) -> int:
                 hook()
             await super().shutdown(sockets=sockets)
 
+    server = Server(uvicorn_config(app, settings))
+
+    # uvicorn re-raises the signal it caught once it has shut down, which kills the process with the
+    # default handler. This handler makes that re-raise harmless (exit 0 after a graceful stop), and asks
+    # for a stop if a signal lands before uvicorn has installed its own handlers.
+    def stop(_sig: int, _frame: FrameType | None) -> None:
+        server.should_exit = True
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stop)
+    server.run()
+    log.info("switchboard stopped")
+    return 0
+
+
+def uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
+    """The uvicorn options ``switchboard serve`` runs ``app`` with (the bench's server takes the same,
+    so what it measures is the shipped HTTP stack: the loop, the guarded protocol, the timeouts)."""
+    import uvicorn
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    from switchboard.conn import guarded_protocol, install_accept_error_filter
+
     install_accept_error_filter()
     forwarded = settings.forwarded_allow_ips.strip()
-    config = uvicorn.Config(
+    return uvicorn.Config(
         app,
         host=settings.listen_host,
         port=settings.listen_port,
@@ -99,19 +123,6 @@ def serve(settings: Settings) -> int:
         proxy_headers=bool(forwarded),
         forwarded_allow_ips=forwarded or None,
     )
-    server = Server(config)
-
-    # uvicorn re-raises the signal it caught once it has shut down, which kills the process with the
-    # default handler. This handler makes that re-raise harmless (exit 0 after a graceful stop), and asks
-    # for a stop if a signal lands before uvicorn has installed its own handlers.
-    def stop(_sig: int, _frame: FrameType | None) -> None:
-        server.should_exit = True
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, stop)
-    server.run()
-    log.info("switchboard stopped")
-    return 0
 
 
 def _preflight(settings: Settings) -> None:
