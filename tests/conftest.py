@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,7 +15,9 @@ from switchboard.obs.logs import quiet_noisy_loggers
 from switchboard.obs.metrics import Metrics
 from switchboard.store.db import Database
 from switchboard.store.transitions import TransitionHub
+from tests.support.pg import PostgresError, database_name
 from tests.support.secrets import SCANNER, leaks
+from tests.support.templates import copy_migrated_sqlite, create_migrated_pg
 
 pytest_plugins = ["tests.support.pg_fixtures"]
 
@@ -78,18 +81,28 @@ def sqlite_url(tmp_path: Path) -> str:
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """The storage contract runs on both engines."""
+async def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """The storage contract runs on both engines: a new database at the schema's head, copied from one
+    migrated once per test process (tests/support/templates.py)."""
     if request.param == "sqlite":
-        return f"sqlite+aiosqlite:///{tmp_path / 'switchboard.db'}"
-    url: str = request.getfixturevalue("pg_url")
-    return url
+        path = tmp_path / "switchboard.db"
+        await copy_migrated_sqlite(path)
+        yield f"sqlite+aiosqlite:///{path}"
+        return
+    server = request.getfixturevalue("pg_server")
+    if not server.is_running:  # a fault test may have left it killed
+        server.start()
+    name = database_name(request.node.name)
+    yield await create_migrated_pg(server, name)
+    if server.is_running:
+        with contextlib.suppress(PostgresError):
+            server.drop_database(name)
 
 
 @pytest.fixture
 async def database(db_url: str) -> AsyncIterator[Database]:
     db = Database(db_url)
-    await db.migrate()
+    await db.migrate()  # at head already: checks it
     yield db
     await db.dispose()
 

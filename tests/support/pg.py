@@ -19,6 +19,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
@@ -373,3 +374,9 @@ class PostgresServer:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+def database_name(test_name: str) -> str:
+    # Readable in server logs, unique across tests and parametrisations.
+    stem = re.sub(r"[^a-z0-9_]+", "_", test_name.lower()).strip("_")[:40]
+    return f"t_{stem}_{uuid.uuid4().hex[:10]}"

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
-import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from tests.support.pg import PostgresError, PostgresServer, missing_binaries
+from tests.support.pg import PostgresError, PostgresServer, database_name, missing_binaries
 
 SKIP_ENV = "SWITCHBOARD_TEST_PG"
 
@@ -67,18 +65,12 @@ def pg_server() -> Iterator[PostgresServer]:
         _release()
 
 
-def _database_name(test_name: str) -> str:
-    # Readable in server logs, unique across tests and parametrisations.
-    stem = re.sub(r"[^a-z0-9_]+", "_", test_name.lower()).strip("_")[:40]
-    return f"t_{stem}_{uuid.uuid4().hex[:10]}"
-
-
 @pytest.fixture
 def pg_url(pg_server: PostgresServer, request: pytest.FixtureRequest) -> Iterator[str]:
     """SQLAlchemy URL (``postgresql+asyncpg://...``) of a new empty database for this test."""
     if not pg_server.is_running:  # a fault test may have left it killed
         pg_server.start()
-    name = _database_name(request.node.name)
+    name = database_name(request.node.name)
     url = pg_server.create_database(name)
     yield url
     if pg_server.is_running:
