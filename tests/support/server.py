@@ -20,6 +20,7 @@ from switchboard.clock import Clock, ManualClock
 from switchboard.services import Services, build_services
 from switchboard.settings import Settings
 from tests.support.secrets import leaks
+from tests.support.templates import copy_migrated_sqlite
 
 TEST_CRED_KEY = "00" * 32  # several instances on one database must share the envelope key
 
@@ -79,6 +80,10 @@ async def run_instance(
 ) -> AsyncIterator[Instance]:
     port = port or free_port()
     settings = settings.model_copy(update={"listen": f"127.0.0.1:{port}"})
+    if not settings.database_url and not (settings.data_dir / "switchboard.db").exists():
+        # A fresh SQLite data folder starts at the schema's head (tests/support/templates.py); the
+        # instance's start still checks it. `switchboard serve` tests migrate from empty as shipped.
+        await copy_migrated_sqlite(settings.data_dir / "switchboard.db")
     services = build_services(
         settings, clock=clock or ManualClock(), resolver=resolver, ssl_context=ssl_context
     )
