@@ -13,7 +13,7 @@ import stat
 import statistics
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -46,6 +46,20 @@ async def running(
     with servers(server):
         server.start()
         await server.ready()
+        yield server, tenant
+
+
+@pytest.fixture(scope="module")
+def refusing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, Tenant]]:
+    """One server (as :func:`running` starts it) for the tests below that only send what must be
+    refused and store nothing: each of them would otherwise pay for a server start of its own."""
+    env = server_env(mcp_rate_per_minute=1_000_000)
+    data = tmp_path_factory.mktemp("hostile-refusing") / "data"
+    tenant = asyncio.run(provision(env, data, slug="alice", verbs=DEFAULT_GRANT))
+    server = ServerProcess(data, env, name="hostile-refusing")
+    with servers(server):
+        server.start()
+        asyncio.run(server.ready())
         yield server, tenant
 
 
@@ -111,10 +125,11 @@ MALFORMED = {
 
 @pytest.mark.parametrize("case", sorted(MALFORMED))
 async def test_malformed_bodies_get_4xx_without_parser_text_on_every_surface(
-    tmp_path: Path, case: str
+    refusing: tuple[ServerProcess, Tenant], case: str
 ) -> None:
     body = MALFORMED[case]
-    async with running(tmp_path) as (server, tenant), httpx.AsyncClient(base_url=server.base_url) as http:
+    server, tenant = refusing
+    async with httpx.AsyncClient(base_url=server.base_url) as http:
         paths = ["/a2a", "/mcp", tenant.inbound_path, "/register", "/login", "/sources/new", "/routes/new"]
         for path in paths:
             for headers in ({"content-type": "application/json"}, {}):
@@ -124,8 +139,11 @@ async def test_malformed_bodies_get_4xx_without_parser_text_on_every_surface(
         assert (await http.get("/healthz")).status_code == 200
 
 
-async def test_register_bodies_are_capped_at_the_configured_limit(tmp_path: Path) -> None:
-    async with running(tmp_path) as (server, _), httpx.AsyncClient(base_url=server.base_url) as http:
+async def test_register_bodies_are_capped_at_the_configured_limit(
+    refusing: tuple[ServerProcess, Tenant],
+) -> None:
+    server, _ = refusing
+    async with httpx.AsyncClient(base_url=server.base_url) as http:
         filler = "x" * (2 * 1024 * 1024)
         meta = {"redirect_uris": ["http://127.0.0.1:9/cb"], "client_name": "big", "extra": filler}
         r = await http.post("/register", json=meta)
@@ -425,8 +443,11 @@ async def test_a_legacy_poison_todo_is_buried_not_claimed_and_the_queue_goes_on(
             assert listed[fine]["status"] == "claimed"
 
 
-async def test_every_answer_carries_the_baseline_security_headers(tmp_path: Path) -> None:
-    async with running(tmp_path) as (server, _), httpx.AsyncClient(base_url=server.base_url) as http:
+async def test_every_answer_carries_the_baseline_security_headers(
+    refusing: tuple[ServerProcess, Tenant],
+) -> None:
+    server, _ = refusing
+    async with httpx.AsyncClient(base_url=server.base_url) as http:
         answers = [
             await http.get("/no/such/page"),
             await http.get("/mcp/nope"),
