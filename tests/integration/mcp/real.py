@@ -14,6 +14,8 @@ import httpx
 from tests.reliability.procs import ServerProcess, Tenant, provision, server_env
 from tests.support.secrets import reveal
 
+VERBS = ("claim_next", "claim", "ack", "list_todos")  # what the first tenant is granted
+
 
 async def start_real_server(data: Path, **settings: str | float | int) -> RealServer:
     """Provision through the CLI, start ``switchboard serve``, wait for /healthz. Stop it with
@@ -21,7 +23,7 @@ async def start_real_server(data: Path, **settings: str | float | int) -> RealSe
     # The heartbeat re-ring is pushed out of the way so every notification a test sees has a cause
     # the test made; everything else is the default configuration.
     env = server_env(doorbell_heartbeat_seconds=3600, **settings)
-    tenant = await provision(env, data, slug="agent-a", verbs=["claim_next", "claim", "ack", "list_todos"])
+    tenant = await provision(env, data, slug="agent-a", verbs=list(VERBS))
     reveal(tenant.token)
     proc = ServerProcess(data, env)
     proc.start()

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from tests.integration.mcp.real import RealServer, start_real_server
+from tests.integration.mcp.real import VERBS, RealServer, start_real_server
 from tests.reliability.procs import ServerProcess, Tenant, provision, server_env, servers
 from tests.support.mcp_client import agent
 from tests.support.secrets import reveal
@@ -34,13 +35,24 @@ from tests.support.secrets import reveal
 WAIT = 20  # seconds a long-poll may wait in these tests: far above what an answer should take
 
 
-@pytest.fixture
-async def sb(tmp_path: Path) -> AsyncIterator[RealServer]:
-    server = await start_real_server(tmp_path / "sb", mcp_rate_per_minute=100_000)
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServer]:
+    """One ``switchboard serve`` for the module's SQLite tests: each test gets an endpoint and a source
+    of its own on it (``sb``), so no test sees another's todos, and none pays for a server start."""
+    server = asyncio.run(start_real_server(tmp_path_factory.mktemp("sb"), mcp_rate_per_minute=100_000))
     try:
         yield server
     finally:
         server.proc.stop()
+
+
+@pytest.fixture
+async def sb(shared: RealServer) -> RealServer:
+    """The shared server, with a tenant (human, endpoint, source, route) made for this test alone."""
+    proc = shared.proc
+    tenant = await provision(proc.env, proc.data_dir, slug=f"agent-{uuid.uuid4().hex[:8]}", verbs=list(VERBS))
+    reveal(tenant.token)
+    return RealServer(proc, tenant)
 
 
 async def webhooks(server: ServerProcess, tenant: Tenant, n: int, prefix: str = "t") -> list[str]:
