@@ -99,6 +99,18 @@ def test_neutralize_output_has_no_hidden_characters_or_double_spaces(text: str) 
 
 
 @given(any_text)
+def test_neutralize_printable_fast_path_changes_nothing(text: str) -> None:
+    """Printable text skips the per-character pass: the answer is what that pass would have given."""
+    hidden_as_space = "".join(
+        " " if _is_hidden(ch) and unicodedata.category(ch) != "Cs" else ch for ch in text
+    )
+    slow = " ".join(
+        "".join("\ufffd" if unicodedata.category(ch) == "Cs" else ch for ch in hidden_as_space).split()
+    )
+    assert neutralize(text) == slow
+
+
+@given(any_text)
 def test_neutralize_is_idempotent(text: str) -> None:
     once = neutralize(text)
     assert neutralize(once) == once
