@@ -117,15 +117,7 @@ def main(argv: list[str]) -> int:
     profiling = _Profiling(config.get("profile_path"))
     signal.signal(signal.SIGUSR1, profiling.start)
     signal.signal(signal.SIGUSR2, profiling.stop)
-    _y = os.environ.get("YAPPI_OUT")
-    if _y:
-        import yappi
-        yappi.set_clock_type("cpu")
-        yappi.start()
     server.run()
-    if _y:
-        yappi.stop()
-        yappi.get_func_stats().save(f"{_y}.{os.getpid()}.pstat", type="pstat")
     return 0
 
 
