@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
-from sqlalchemy import Row, event, text
+from sqlalchemy import Row, event, inspect, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 # CLI commands never touch the schema, and every process start pays for every import.
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+# The newest migration's revision. A new migration moves it (tests/unit/store/test_migration_hashes.py
+# fails until it names the script directory's head).
+HEAD = "todo_state_indexes"
 _MIGRATION_LOCK = 0x5B0A_2D24  # pg_advisory_lock key: one instance migrates at a time
 
 
@@ -250,14 +253,21 @@ def _upgrade(sync_conn: Connection) -> None:
 
 
 def _head() -> str:
-    from alembic.script import ScriptDirectory
+    return HEAD
 
-    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
-    assert head is not None
-    return head
+
+def _stamped(sync_conn: Connection) -> list[str]:
+    """The revisions ``alembic_version`` holds (none for an empty database), read as alembic reads them."""
+    if not inspect(sync_conn).has_table("alembic_version"):
+        return []
+    return [str(r) for r in sync_conn.execute(text("SELECT version_num FROM alembic_version")).scalars()]
 
 
 def _status(sync_conn: Connection) -> SchemaStatus:
+    # A database at this build's head (every start and CLI command but the first) is told so without
+    # loading alembic and its fourteen migration modules: about a quarter of a CLI command's CPU.
+    if _stamped(sync_conn) == [HEAD]:
+        return SchemaStatus(current=HEAD, head=HEAD, known=True)
     from alembic.migration import MigrationContext
     from alembic.script import ScriptDirectory
 

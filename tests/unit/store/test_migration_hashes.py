@@ -12,7 +12,7 @@ import hashlib
 
 from alembic.script import ScriptDirectory
 
-from switchboard.store.db import MIGRATIONS, alembic_config
+from switchboard.store.db import HEAD, MIGRATIONS, alembic_config
 
 VERSIONS = MIGRATIONS / "versions"
 
@@ -59,3 +59,8 @@ def test_history_is_one_line() -> None:
     revisions = list(script.walk_revisions())
     assert len(revisions) == len(LANDED)
     assert sum(1 for rev in revisions if rev.down_revision is None) == 1
+
+
+def test_head_names_the_newest_migration() -> None:
+    """``db.HEAD`` lets a database at head be told so without loading alembic: it must be the head."""
+    assert ScriptDirectory.from_config(alembic_config()).get_current_head() == HEAD
