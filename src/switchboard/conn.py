@@ -13,7 +13,9 @@ protocol class (passed as ``uvicorn.Config(http=...)``, its public hook) and add
   client; if every open connection is serving a request, the new one is closed at once.
 
 It speaks only the public ``asyncio.Protocol`` interface to both sides. uvicorn's protocol is given the
-transport through :class:`switchboard.coalesce.HeadWithBody` (a response's head and body in one write).
+real transport: holding a response's head until its body (one write instead of two) delayed heads by a
+loop turn and pushed ingest's p99 with dead hooks to 1.18-1.19x of no hooks (REQ-7's limit is 1.10x;
+0.94x without it), for no claim throughput the benchmark could measure (docs/benchmarks.md, eighth round).
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
-from switchboard.coalesce import HeadWithBody
 from switchboard.obs.logs import get_logger
 
 log = get_logger("switchboard.conn")
@@ -126,7 +127,7 @@ class GuardedProtocol(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         self.timer = loop.call_later(self.guard.header_timeout, self.guard.timed_out, self)
         self.started = True
-        self.inner.connection_made(HeadWithBody(cast(asyncio.Transport, transport)))
+        self.inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
         if self.timer is not None:
