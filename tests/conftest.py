@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,9 +14,9 @@ from switchboard.obs.logs import quiet_noisy_loggers
 from switchboard.obs.metrics import Metrics
 from switchboard.store.db import Database
 from switchboard.store.transitions import TransitionHub
-from tests.support.pg import PostgresError, database_name
+from tests.support.pg import fresh_database
 from tests.support.secrets import SCANNER, leaks
-from tests.support.templates import copy_migrated_sqlite, create_migrated_pg
+from tests.support.templates import copy_migrated_sqlite, migrated_pg_template
 
 pytest_plugins = ["tests.support.pg_fixtures"]
 
@@ -92,11 +91,8 @@ async def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
     server = request.getfixturevalue("pg_server")
     if not server.is_running:  # a fault test may have left it killed
         server.start()
-    name = database_name(request.node.name)
-    yield await create_migrated_pg(server, name)
-    if server.is_running:
-        with contextlib.suppress(PostgresError):
-            server.drop_database(name)
+    with fresh_database(server, request.node.name, await migrated_pg_template(server)) as url:
+        yield url
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import socket
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -376,7 +376,21 @@ class PostgresServer:
             return ""
 
 
-def database_name(test_name: str) -> str:
+def _database_name(test_name: str) -> str:
     # Readable in server logs, unique across tests and parametrisations.
     stem = re.sub(r"[^a-z0-9_]+", "_", test_name.lower()).strip("_")[:40]
     return f"t_{stem}_{uuid.uuid4().hex[:10]}"
+
+
+@contextlib.contextmanager
+def fresh_database(server: PostgresServer, test_name: str, template: str | None = None) -> Iterator[str]:
+    """A new database for one test (empty, or a copy of ``template``): its URL; dropped afterwards if the
+    server still runs (cleanup only, keeping disk use flat: the cluster is deleted at session end)."""
+    name = _database_name(test_name)
+    url = server.create_database(name, template=template)
+    try:
+        yield url
+    finally:
+        if server.is_running:
+            with contextlib.suppress(PostgresError):
+                server.drop_database(name)

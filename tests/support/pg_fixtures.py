@@ -10,13 +10,12 @@ A missing PostgreSQL install fails the tests that need it (scripts/test installs
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Iterator
 
 import pytest
 
-from tests.support.pg import PostgresError, PostgresServer, database_name, missing_binaries
+from tests.support.pg import PostgresServer, fresh_database, missing_binaries
 
 SKIP_ENV = "SWITCHBOARD_TEST_PG"
 
@@ -70,13 +69,8 @@ def pg_url(pg_server: PostgresServer, request: pytest.FixtureRequest) -> Iterato
     """SQLAlchemy URL (``postgresql+asyncpg://...``) of a new empty database for this test."""
     if not pg_server.is_running:  # a fault test may have left it killed
         pg_server.start()
-    name = database_name(request.node.name)
-    url = pg_server.create_database(name)
-    yield url
-    if pg_server.is_running:
-        # Cleanup only (keeps disk use flat): the whole cluster is deleted at session end anyway.
-        with contextlib.suppress(PostgresError):
-            pg_server.drop_database(name)
+    with fresh_database(pg_server, request.node.name) as url:
+        yield url
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -45,11 +45,11 @@ async def copy_migrated_sqlite(dest: Path) -> None:
     shutil.copyfile(_sqlite, dest)
 
 
-async def create_migrated_pg(server: PostgresServer, name: str) -> str:
-    """A new database ``name`` on ``server``, at head; its SQLAlchemy URL."""
+async def migrated_pg_template(server: PostgresServer) -> str:
+    """The name of a database at head on ``server``, made on first use, to copy with ``TEMPLATE``."""
     template = _pg.get(id(server))
     if template is None:
         template = f"t_template_{uuid.uuid4().hex[:10]}"
         await _migrated(server.create_database(template))
         _pg[id(server)] = template
-    return server.create_database(name, template=template)
+    return template

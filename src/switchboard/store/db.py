@@ -207,7 +207,7 @@ class Database(DirectWrites):
         if self.is_sqlite:
             db_path = self.engine.url.database
             if db_path and db_path != ":memory:" and not await asyncio.to_thread(Path(db_path).exists):
-                return SchemaStatus(current=None, head=_head(), known=True)
+                return SchemaStatus(current=None, head=HEAD, known=True)
         async with self.read() as conn:
             return await conn.run_sync(_status)
 
@@ -250,10 +250,6 @@ def _upgrade(sync_conn: Connection) -> None:
     cfg = alembic_config()
     cfg.attributes["connection"] = sync_conn
     command.upgrade(cfg, "head")
-
-
-def _head() -> str:
-    return HEAD
 
 
 def _stamped(sync_conn: Connection) -> list[str]:
