@@ -106,9 +106,16 @@ class SessionCap:
                         opened.append(value.decode("latin-1"))
             await send(message)
 
+        body_read = False
+
         async def ending_receive() -> Message:
+            nonlocal body_read
             if me.ended.is_set():
                 return {"type": "http.disconnect"}
+            if not body_read:  # the body is handed over at once: no race (two tasks) needed for it
+                message = await receive()
+                body_read = message["type"] != "http.request" or not message.get("more_body", False)
+                return message
             pending = asyncio.ensure_future(receive())
             ended = asyncio.ensure_future(me.ended.wait())
             try:

@@ -109,7 +109,7 @@ class Claimer:
         async def once() -> list[Todo]:
             return await self._claim_once(endpoint.id, wanted, lease, limit)
 
-        views = await self.waiters.claim_or_wait(endpoint.id, wanted, wait_seconds, once, client_gone())
+        views = await self.waiters.claim_or_wait(endpoint.id, wanted, wait_seconds, once, client_gone)
         self.services.metrics.claims.labels("claimed" if views else "empty").inc()
         return views
 

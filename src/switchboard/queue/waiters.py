@@ -79,16 +79,18 @@ class ClaimWaiters:
         queues: Sequence[str],
         wait_seconds: float,
         claim: Callable[[], Awaitable[T]],
-        gone: asyncio.Event | None = None,
+        gone: Callable[[], asyncio.Event | None] | None = None,
     ) -> T:
         """``claim()``; when it finds nothing (falsy) and ``wait_seconds`` > 0, claim again each time a
         todo becomes ready on ``queues`` (or every ``fallback_seconds``) until one is found or the
-        deadline passes; one last claim at the deadline. Never polls faster than that."""
+        deadline passes; one last claim at the deadline. Never polls faster than that. ``gone`` is asked
+        for the hang-up event only when the claim is about to wait (asking starts watching the client)."""
         got = await claim()
         if got or wait_seconds <= 0:
             return got
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_seconds
+        hung_up = gone() if gone is not None else None
         with self.waiting(endpoint_id, queues) as rang:
             while True:
                 rang.clear()  # a ring from here on is kept for the next wait
@@ -99,7 +101,7 @@ class ClaimWaiters:
                 timeout = (
                     remaining if self.fallback_seconds is None else min(remaining, self.fallback_seconds)
                 )
-                if await _rang_or_gone(rang, gone, timeout):
+                if await _rang_or_gone(rang, hung_up, timeout):
                     return got  # the caller hung up: claim nothing for nobody
 
     def _moved(self, by: int) -> None:

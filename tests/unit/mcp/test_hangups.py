@@ -28,7 +28,7 @@ async def test_a_disconnect_after_the_body_sets_the_event_the_app_sees() -> None
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         assert (await receive())["type"] == "http.request"
-        event = scope[HANGUP_KEY]
+        event = scope[HANGUP_KEY].event()
         seen.append(event)
         waiting.set()
         await asyncio.wait_for(event.wait(), 5)  # the verb's wait, ended by the hang-up
@@ -67,7 +67,7 @@ async def test_a_waiting_claim_whose_client_hung_up_claims_nothing() -> None:
             registered.set()
         return []
 
-    waiting = asyncio.create_task(waiters.claim_or_wait("ep", ["q"], 30, claim, gone))
+    waiting = asyncio.create_task(waiters.claim_or_wait("ep", ["q"], 30, claim, lambda: gone))
     await asyncio.wait_for(registered.wait(), 5)
     assert len(waiters) == 1
     made = len(claims)
@@ -83,3 +83,48 @@ async def _no_receive() -> Message:
 
 async def _no_send(message: Message) -> None:
     return None
+
+
+async def test_a_call_that_never_waits_reads_nothing_past_its_body() -> None:
+    """The watch is a task per request: only a verb that asks for the event (a claim about to wait) or
+    an app reading past the body starts it, so a quick call costs the server one receive."""
+    reads: list[Message] = []
+
+    async def server_receive() -> Message:
+        message: Message = (
+            {"type": "http.request", "body": b"{}", "more_body": False}
+            if not reads
+            else {"type": "http.disconnect"}
+        )
+        reads.append(message)
+        return message
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        assert (await receive())["type"] == "http.request"
+        await asyncio.sleep(0)  # a turn of the loop in which a started watch would have read
+
+    await Hangups(app)(
+        {"type": "http", "method": "POST", "path": "/mcp", "headers": []}, server_receive, _no_send
+    )
+    assert len(reads) == 1
+
+
+async def test_a_client_gone_before_the_verb_asks_is_seen_when_it_asks() -> None:
+    async def server_receive() -> Message:
+        return (
+            {"type": "http.request", "body": b"{}", "more_body": False}
+            if not asked
+            else {"type": "http.disconnect"}
+        )
+
+    asked: list[asyncio.Event] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        assert (await receive())["type"] == "http.request"
+        asked.append(scope[HANGUP_KEY].event())
+        await asyncio.wait_for(asked[0].wait(), 5)
+
+    await Hangups(app)(
+        {"type": "http", "method": "POST", "path": "/mcp", "headers": []}, server_receive, _no_send
+    )
+    assert asked[0].is_set()
