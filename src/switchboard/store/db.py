@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager, nullcontext
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -155,21 +155,42 @@ class Database(DirectWrites):
         return self._group_writer
 
     @asynccontextmanager
-    async def pg_transaction(self, *, alone: bool = False) -> AsyncIterator[tuple[AsyncConnection, Any]]:
+    async def pg_transaction(self) -> AsyncIterator[tuple[AsyncConnection, Any]]:
         """PostgreSQL only: a transaction opened on the driver connection itself, for the claim path.
 
         Yields the SQLAlchemy connection (in autocommit, so in-transaction handlers' statements join
         the driver's transaction) and the asyncpg connection (``fetch`` with positional parameters: no
         SQLAlchemy statement machinery per call). BEGIN and COMMIT are asyncpg's own; anything raised
-        inside rolls back. ``alone``: no BEGIN and no COMMIT, for one statement that is its own
-        transaction (two round trips fewer). Errors come out as store errors, as from :meth:`begin`."""
+        inside rolls back. Errors come out as store errors, as from :meth:`begin`; a connection found
+        lost is dropped from the pool (SQLAlchemy never sees the driver's statements fail)."""
         assert not self.is_sqlite
         with store_errors():
             async with self._plain.connect() as conn:
                 raw = await conn.get_raw_connection()
                 driver: Any = raw.driver_connection  # asyncpg.Connection
-                async with nullcontext() if alone else driver.transaction():
-                    yield conn, driver
+                try:
+                    async with driver.transaction():
+                        yield conn, driver
+                except _LOST:
+                    await conn.invalidate()
+                    raise
+
+    @asynccontextmanager
+    async def pg_statement(self) -> AsyncIterator[Any]:
+        """PostgreSQL only: a pooled connection's asyncpg connection for one statement that is its own
+        transaction (no BEGIN, no COMMIT): a claim or an ack alone. Taken from the pool as a plain DBAPI
+        connection, without a SQLAlchemy ``Connection`` around it: that checkout cost about twice the
+        statement's own client time (issue 18). A connection found lost is dropped from the pool."""
+        assert not self.is_sqlite
+        with store_errors():
+            pooled = await self.engine.raw_connection()
+            try:
+                yield pooled.driver_connection
+            except _LOST:
+                pooled.invalidate()
+                raise
+            finally:
+                pooled.close()
 
     async def fetch(self, statement: Executable, params: Mapping[str, Any] | None = None) -> list[Row[Any]]:
         """One read statement outside any transaction (it needs none: one statement sees one snapshot),
@@ -318,6 +339,21 @@ def _sqlite_pragmas(engine: AsyncEngine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if options.get("switchboard_write", False) else "BEGIN")
 
 
+# What asyncpg raises when its connection is gone or unusable: the server ended it (an administrator,
+# a restart, a crash), the network dropped it, or its protocol state is broken (InternalClientError,
+# raised when a connection the server ended is used). The connection is then dropped from the pool.
+_LOST = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.CannotConnectNowError,
+    OSError,
+    ConnectionError,
+)
+
+
 @contextmanager
 def store_errors() -> Iterator[None]:
     """Driver errors as store errors: a constraint is :class:`Conflict`, a lost or refused connection
@@ -326,14 +362,7 @@ def store_errors() -> Iterator[None]:
         yield
     except (IntegrityError, asyncpg.IntegrityConstraintViolationError) as exc:
         raise Conflict(_short(exc)) from exc
-    except (
-        OperationalError,
-        InterfaceError,
-        OSError,
-        ConnectionError,
-        asyncpg.PostgresConnectionError,
-        asyncpg.InterfaceError,
-    ) as exc:
+    except (OperationalError, InterfaceError, *_LOST) as exc:
         raise StoreUnavailable("database unavailable") from exc
     except DBAPIError as exc:
         if exc.connection_invalidated:

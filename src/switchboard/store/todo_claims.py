@@ -345,7 +345,7 @@ class TodoClaims:
         held = self.hub.transaction_sources(move)
         if held is None:
             return None
-        async with self.db.pg_transaction(alone=True) as (_conn, driver):
+        async with self.db.pg_statement() as driver:
             result = await driver.fetch(sql, *args, sorted(held))
         if result[0][0] != 0:
             return None

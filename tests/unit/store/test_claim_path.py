@@ -14,6 +14,7 @@ ten todos costs what a batch of one does.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -42,8 +43,16 @@ class Sent:
         sql = statement if isinstance(statement, str) else statement.query
         self.statements.append(" ".join(sql.split()))
 
-    def verbs(self) -> list[str]:
-        """The first word of each, sorted (two observers on PostgreSQL: their order is not the wire's)."""
+    async def reset(self) -> None:
+        """Forget what has been sent so far (delivered first: see :meth:`verbs`)."""
+        await asyncio.sleep(0)
+        self.statements.clear()
+
+    async def verbs(self) -> list[str]:
+        """The first word of each, sorted (two observers on PostgreSQL: their order is not the wire's).
+        asyncpg hands its query loggers each record with ``loop.call_soon``: one turn of the loop
+        delivers every record of what has been sent."""
+        await asyncio.sleep(0)
         return sorted(s.split()[0].rstrip(";").upper() for s in self.statements)
 
 
@@ -105,15 +114,15 @@ async def test_one_claim_and_one_ack_are_one_statement_each(
     store, ep = await _setup(database, hub, clock)
     ids = (await store.create([_todo(ep, n) for n in range(3)])).created
     await store.claim_next(ep, ["inbox"], 60)  # the connection's first use (asyncpg prepares then)
-    traced.statements.clear()
+    await traced.reset()
     row = await store.claim_next(ep, ["inbox"], 60)
     assert row is not None and row.id == ids[1] and row.attempt == 1
     assert json.loads(row.payload or "null") == {"n": 1}
-    assert traced.verbs() == _expected(database, alone=True), traced.statements
-    traced.statements.clear()
+    assert await traced.verbs() == _expected(database, alone=True), traced.statements
+    await traced.reset()
     done = await store.ack(ep, ids[1], {"ok": True})
     assert done is not None and done.status == "done" and json.loads(done.result or "null") == {"ok": True}
-    assert traced.verbs() == _expected(database, alone=True), traced.statements
+    assert await traced.verbs() == _expected(database, alone=True), traced.statements
 
 
 async def test_a_batch_costs_what_one_does_and_the_timeline_has_every_move(
@@ -130,15 +139,15 @@ async def test_a_batch_costs_what_one_does_and_the_timeline_has_every_move(
     first = await store.claim_next(ep, ["inbox"], 60)  # warm the connection
     assert first is not None and first.id == ids[1]  # ids[0] is on reviews
     await store.ack(ep, ids[1], None)
-    traced.statements.clear()
+    await traced.reset()
     rows = await store.claim_many(ep, ["inbox", "reviews"], 60, 10)
     assert [r.id for r in rows] == [i for i in ids if i != ids[1]][:10]  # oldest first, across queues
     assert all(r.status == "claimed" and r.attempt == 1 for r in rows)
-    assert traced.verbs() == _expected(database), traced.statements
-    traced.statements.clear()
+    assert await traced.verbs() == _expected(database), traced.statements
+    await traced.reset()
     acked = await store.ack_many(ep, [(r.id, {"n": i}) for i, r in enumerate(rows[:5])] + [(ids[1], None)])
     assert sorted(r.id for r in acked) == sorted(r.id for r in rows[:5])  # ids[1] is done already
-    assert traced.verbs() == _expected(database, alone=True), traced.statements
+    assert await traced.verbs() == _expected(database, alone=True), traced.statements
     await hub.idle()
     moved = [(t.todo_id, t.transition) for t in seen if t.transition != "created"]
     assert moved == [
@@ -250,13 +259,13 @@ async def test_an_ack_runs_in_a_transaction_only_when_a_handler_may_act_on_its_t
     ).created
     claimed = await store.claim_many(ep, ["inbox"], 60, 2)
     assert sorted(r.id for r in claimed) == sorted([plain, task])
-    traced.statements.clear()
+    await traced.reset()
     assert [r.id for r in await store.ack_many(ep, [(plain, None)])] == [plain]
-    assert traced.verbs() == ["WITH"] and seen == [(task, "claimed")], traced.statements
-    traced.statements.clear()
+    assert await traced.verbs() == ["WITH"] and seen == [(task, "claimed")], traced.statements
+    await traced.reset()
     assert sorted(r.id for r in await store.ack_many(ep, [(plain, None), (task, None)])) == [task]
     # declined alone (a task is in it), then made in a transaction, where the handler saw it
-    assert traced.verbs() == sorted(["WITH", "BEGIN", "WITH", "COMMIT"]), traced.statements
+    assert await traced.verbs() == sorted(["WITH", "BEGIN", "WITH", "COMMIT"]), traced.statements
     assert seen == [(task, "claimed"), (task, "done")]
     assert hub.transaction_sources("claimed") == frozenset({"a2a"})
 

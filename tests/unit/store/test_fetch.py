@@ -8,8 +8,13 @@ from typing import Any
 import pytest
 from sqlalchemy import event, func, insert, select, text
 
+from switchboard.clock import ManualClock
+from switchboard.store.accounts import AccountStore
 from switchboard.store.db import Database
+from switchboard.store.errors import StoreUnavailable
 from switchboard.store.schema import humans
+from switchboard.store.todos import NewTodo, TodoStore
+from switchboard.store.transitions import TransitionHub
 
 
 async def test_a_single_read_sees_committed_rows_and_holds_no_transaction(database: Database) -> None:
@@ -56,5 +61,42 @@ async def test_a_read_recovers_once_from_connections_the_server_dropped(pg_url: 
         assert row[0] == 0
         (fresh,) = await database.fetch(text("SELECT pg_backend_pid()"))
         assert int(fresh[0]) not in pids
+    finally:
+        await database.dispose()
+
+
+@pytest.mark.postgres
+async def test_the_claim_path_drops_a_connection_the_server_ended_and_the_next_claim_works(
+    pg_url: str, hub: TransitionHub
+) -> None:
+    """A claim or an ack alone runs on the pooled connection's asyncpg connection, past SQLAlchemy's
+    statement machinery, so SQLAlchemy cannot see that connection die: the claim path itself must drop
+    it from the pool, or every later claim that gets it fails too."""
+    database = Database(pg_url, pool_size=1)
+    await database.migrate()
+    clock = ManualClock(1_700_000_000.0)
+    try:
+        accounts = AccountStore(database, clock)
+        hid = await accounts.create_human("owner@example.com", "correct horse battery")
+        ep, _ = await accounts.vend_endpoint(hid, "ep-a", ["inbox"], ["claim_next"])
+        store = TodoStore(database, hub, clock)
+        await store.create(
+            [NewTodo(endpoint_id=ep.id, queue="inbox", title=f"t{n}", payload=None) for n in range(2)]
+        )
+        async with database.pg_statement() as driver:
+            pid = await driver.fetchval("SELECT pg_backend_pid()")
+        other = Database(pg_url, pool_size=1)
+        try:
+            (ended,) = await other.fetch(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            assert ended[0] is True
+        finally:
+            await other.dispose()
+        with pytest.raises(StoreUnavailable):
+            await store.claim_next(ep.id, ["inbox"], 60)  # a write is not retried: it fails once
+        first = await store.claim_next(ep.id, ["inbox"], 60)
+        second = await store.claim_next(ep.id, ["inbox"], 60)
+        assert first is not None and second is not None and first.id != second.id
+        async with database.pg_statement() as driver:
+            assert await driver.fetchval("SELECT pg_backend_pid()") != pid
     finally:
         await database.dispose()
