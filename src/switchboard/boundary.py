@@ -19,6 +19,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from switchboard.text import Unstorable, loads_strict
 
+# The scope key under which a POST body this layer parsed is handed on (as loads_strict returned it), so
+# a layer behind it that looks into the body (obs.asgi.McpTiming) does not read and parse it again.
+PARSED_BODY = "switchboard.parsed_body"
+
 JSONRPC_PARSE_ERROR = -32700
 JSONRPC_INVALID_REQUEST = -32600
 
@@ -59,10 +63,11 @@ class JsonBoundary:
         if body is None:  # the client went away mid-body: nobody to answer
             return
         try:
-            loads_strict(body)
+            parsed = loads_strict(body)
         except Unstorable as exc:
             await _answer(send, 400, shape(JSONRPC_PARSE_ERROR, f"parse error: {exc}"))
             return
+        scope[PARSED_BODY] = parsed
         sent = False
 
         async def replay() -> Message:

@@ -10,6 +10,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from switchboard.boundary import PARSED_BODY
 from switchboard.obs.metrics import Metrics
 from switchboard.verbs import ALL_VERBS
 
@@ -62,6 +63,11 @@ def labels_of(body: bytes) -> tuple[str, str]:
         message: Any = json.loads(body)
     except ValueError:
         return "other", ""
+    return labels_of_message(message)
+
+
+def labels_of_message(message: Any) -> tuple[str, str]:
+    """:func:`labels_of` for a body already parsed."""
     if isinstance(message, list):
         message = message[0] if message else None
     if not isinstance(message, dict):
@@ -90,6 +96,10 @@ class McpTiming:
             await self.app(scope, receive, send)
             return
         started = time.monotonic()
+        if PARSED_BODY in scope:  # JsonBoundary, in front, has read and parsed the whole body
+            method, verb = labels_of_message(scope[PARSED_BODY])
+            await self.app(scope, receive, self._timed(send, started, method, verb))
+            return
         # Read the body first (up to MAX_PARSED: the rest streams on unread), then hand it on unchanged.
         messages: list[Message] = []
         size, complete = 0, False
@@ -111,6 +121,10 @@ class McpTiming:
         async def replayed() -> Message:
             return next(replay, None) or await receive()
 
+        await self.app(scope, replayed, self._timed(send, started, method, verb))
+
+    def _timed(self, send: Send, started: float, method: str, verb: str) -> Send:
+        """``send``, observing the time from ``started`` when the last byte of the body has gone."""
         done = False
 
         async def timed_send(message: Message) -> None:
@@ -125,4 +139,4 @@ class McpTiming:
                     )
                 child.observe(time.monotonic() - started)
 
-        await self.app(scope, replayed, timed_send)
+        return timed_send

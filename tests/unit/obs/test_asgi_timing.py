@@ -7,8 +7,11 @@ import json
 from collections.abc import AsyncIterator
 
 import httpx
+import pytest
 from starlette.types import Receive, Scope, Send
 
+from switchboard.boundary import JsonBoundary, jsonrpc_error
+from switchboard.obs import asgi as asgi_module
 from switchboard.obs.asgi import MAX_PARSED, McpTiming, labels_of
 from switchboard.obs.metrics import Metrics
 
@@ -54,3 +57,28 @@ async def test_the_body_passes_through_and_is_timed() -> None:
     text = metrics.render().decode()
     assert 'switchboard_mcp_request_seconds_count{method="tools/call",verb="ack"} 1.0' in text
     assert 'switchboard_mcp_request_seconds_count{method="other",verb=""} 1.0' in text
+
+
+async def test_a_body_the_json_boundary_parsed_is_labelled_from_that_parse() -> None:
+    """Behind JsonBoundary (as app.py stacks them), the body is read and parsed once: the timing layer
+    takes the labels from the boundary's parse and leaves the body to the app."""
+    reads: list[str] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        reads.append((await receive())["type"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    def parse_forbidden(_body: bytes) -> tuple[str, str]:
+        raise AssertionError("the body was parsed a second time")
+
+    metrics = Metrics()
+    stack = JsonBoundary(McpTiming(app, metrics), max_body_bytes=1 << 20, paths=[("/mcp", jsonrpc_error)])
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "claim_next"}})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(asgi_module, "labels_of", parse_forbidden)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=stack), base_url="http://t") as http:
+            assert (await http.post("/mcp", content=body.encode())).status_code == 200
+    assert reads == ["http.request"]
+    text = metrics.render().decode()
+    assert 'switchboard_mcp_request_seconds_count{method="tools/call",verb="claim_next"} 1.0' in text
