@@ -94,6 +94,8 @@ class Claimer:
     def __init__(self, services: Services) -> None:
         self.services = services
         self.waiters = ClaimWaiters(services.metrics.claim_waiters)
+        self._claimed = services.metrics.claims.labels("claimed")
+        self._empty = services.metrics.claims.labels("empty")
         # Reads only Transition.ready, endpoint_id and queue, and its effect is per instance (it wakes
         # this instance's waiting calls): remote, so a todo made ready on another instance sharing
         # PostgreSQL wakes them too (store/relay.py); after a relay gap every waiter re-checks.
@@ -110,7 +112,7 @@ class Claimer:
             return await self._claim_once(endpoint.id, wanted, lease, limit)
 
         views = await self.waiters.claim_or_wait(endpoint.id, wanted, wait_seconds, once, client_gone)
-        self.services.metrics.claims.labels("claimed" if views else "empty").inc()
+        (self._claimed if views else self._empty).inc()
         return views
 
     async def _claim_once(self, endpoint_id: str, wanted: list[str], lease: float, limit: int) -> list[Todo]:

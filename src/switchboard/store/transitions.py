@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -92,6 +93,7 @@ def _one_at_a_time(handler: Subscriber) -> BatchSubscriber:
 class TransitionHub:
     def __init__(self, metrics: Metrics, *, instance_id: str = "") -> None:
         self._metrics = metrics
+        self._counted: dict[str, Any] = {}  # transition name -> its counter (a fixed set of names)
         self.instance_id = instance_id
         self._in_tx: list[InTxHandler] = []
         self._in_tx_wants: list[Callable[[Transition], bool] | None] = []
@@ -202,7 +204,10 @@ class TransitionHub:
     def publish(self, transitions: Sequence[Transition]) -> None:
         """Called after commit. Never blocks and never raises."""
         for t in transitions:
-            self._metrics.transitions.labels(t.transition).inc()
+            counter = self._counted.get(t.transition)
+            if counter is None:  # labels() takes a lock and builds a key: once per transition name
+                counter = self._counted[t.transition] = self._metrics.transitions.labels(t.transition)
+            counter.inc()
         self._deliver(transitions, self._subs)
 
     def publish_remote(self, transitions: Sequence[Transition]) -> None:
