@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from switchboard.boundary import PARSED_BODY
 from switchboard.conn import Coalesced
 from switchboard.obs.logs import get_logger
 
@@ -128,8 +129,12 @@ class SessionCap:
                 return pending.result()
             return {"type": "http.disconnect"}
 
+        # Only an initialize answer can open a session: another JSON-RPC request (JsonBoundary, in front,
+        # parsed it) is answered without the watching wrapper around every message it sends.
+        parsed = scope.get(PARSED_BODY)
+        opens = sid is None and not (isinstance(parsed, dict) and parsed.get("method") != "initialize")
         try:
-            await self.app(scope, ending_receive, watching_send)
+            await self.app(scope, ending_receive, watching_send if opens else send)
         finally:
             cred.inflight.pop(ticket, None)
             if scope.get("method") == "DELETE" and sid is not None:
