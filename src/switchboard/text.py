@@ -94,7 +94,7 @@ def loads_strict(body: bytes) -> Any:
     except UnicodeDecodeError:
         raise Unstorable("it is not UTF-8") from None
     try:
-        value = json.loads(text, parse_constant=_refuse_constant)
+        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except json.JSONDecodeError:
         raise Unstorable("a syntax error") from None
     except RecursionError:
@@ -103,7 +103,20 @@ def loads_strict(body: bytes) -> Any:
         raise
     except ValueError:  # e.g. an integer literal past Python's digit limit
         raise Unstorable("a number is too large") from None
+    # What else admit() refuses cannot be in a text without a \u escape (strict UTF-8 cannot carry a
+    # surrogate) and with no more brackets than the depth allowed, and floats were checked as parsed:
+    # most bodies skip the walk (a tenth of an MCP call's own work in the server, issue 18).
+    if "\\u" not in text and text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return value
     return admit(value)
+
+
+def _finite_float(literal: str) -> float:
+    """The parser's float: a literal past the float range (``1e400``) would come out as infinity."""
+    value = float(literal)
+    if not math.isfinite(value):
+        raise Unstorable("NaN and Infinity are not JSON")
+    return value
 
 
 def _unencodable(text: str) -> bool:

@@ -79,12 +79,29 @@ def test_loads_strict_never_lets_a_parser_error_or_unanswerable_value_through(va
         assert "line" not in str(refused.value) and "column" not in str(refused.value)
 
 
+@settings(max_examples=300, deadline=None)
+@given(hostile_json)
+def test_loads_strict_agrees_with_the_walk_on_bodies_written_as_utf8(value: Any) -> None:
+    """Bodies with characters written as UTF-8, not escaped, take loads_strict's fast path (no \\u
+    escape, few brackets: admit's walk is skipped); it must refuse exactly what the walk would."""
+    try:
+        body = json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: only its escape can travel
+        body = json.dumps(value).encode()
+    if encodable(json.loads(body)):
+        assert encodable(loads_strict(body))
+    else:
+        with pytest.raises(Unstorable):
+            loads_strict(body)
+
+
 @pytest.mark.parametrize(
     ("body", "reason"),
     [
         (b"\xff\xfe", "UTF-8"),
         (b"[" * 100_000, "deeper"),
         (b'{"a": NaN}', "NaN"),
+        (b'{"a": [1.5, -1e400]}', "NaN"),  # a literal past the float range parses as infinity
         (b'["\\ud800"]', "surrogate"),
         (b"{nope", "syntax"),
         (b"9" * 5000, "too large"),
