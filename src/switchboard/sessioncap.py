@@ -60,7 +60,7 @@ class Credential:
 class SessionCap:
     def __init__(self, app: ASGIApp, *, sessions: int, streams: int, path: str = "/mcp") -> None:
         self.app, self.max_sessions, self.max_streams, self.path = app, sessions, streams, path
-        self.credentials: dict[str, Credential] = {}
+        self.credentials: dict[bytes, Credential] = {}
         self.closed_sessions, self.closed_streams = Coalesced(), Coalesced()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -72,7 +72,7 @@ class SessionCap:
         if not authorization:
             await self.app(scope, receive, send)
             return
-        key = hashlib.sha256(authorization).hexdigest()
+        key = hashlib.sha256(authorization).digest()
         cred = self.credentials.get(key)
         if cred is None:
             if len(self.credentials) >= MAX_CREDENTIALS:  # bounded memory: forget the oldest idle entry
@@ -91,7 +91,12 @@ class SessionCap:
         me = Inflight(sid=sid)
         ticket = next(_ids)
         cred.inflight[ticket] = me
-        streams = [t for t, i in cred.inflight.items() if time.monotonic() - i.started > STREAM_AGE]
+        # Fewer requests in flight than the cap: none of them can be a stream past it (no scan).
+        streams = (
+            [t for t, i in cred.inflight.items() if now - i.started > STREAM_AGE]
+            if len(cred.inflight) > self.max_streams
+            else []
+        )
         for oldest in streams[: max(0, len(streams) - self.max_streams + 1)]:
             cred.inflight.pop(oldest).ended.set()
             if (n := self.closed_streams.hit()) is not None:

@@ -1,0 +1,74 @@
+"""SessionCap's stream cap: a credential holding its cap of open streams has its oldest one ended when
+another request arrives; quick requests in flight never count (the scan is skipped under the cap)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from switchboard import sessioncap
+from switchboard.sessioncap import SessionCap
+
+
+def _scope(token: bytes) -> Scope:
+    return {
+        "type": "http",
+        "method": "GET",
+        "path": "/mcp",
+        "headers": [(b"authorization", b"Bearer " + token)],
+    }
+
+
+async def test_the_oldest_stream_past_the_cap_is_ended(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sessioncap, "STREAM_AGE", 0.0)  # every earlier request in flight is a stream
+    ended: list[int] = []
+    listening: list[asyncio.Event] = [asyncio.Event() for _ in range(3)]
+    closed = asyncio.Event()
+
+    def app_for(n: int) -> ASGIApp:
+        async def app(scope: Scope, receive: Receive, send: Send) -> None:
+            assert (await receive())["type"] == "http.request"
+            listening[n].set()
+            if (await receive())["type"] == "http.disconnect":  # a stream listens until it is ended
+                ended.append(n)
+
+        return app
+
+    def server_receive() -> Receive:  # as uvicorn: the (empty) body at once, then the hang-up
+        read = False
+
+        async def receive() -> Message:
+            nonlocal read
+            if not read:
+                read = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            await closed.wait()  # the connection stays open for the whole test
+            return {"type": "http.disconnect"}
+
+        return receive
+
+    async def send(_message: Message) -> None:
+        return None
+
+    apps = [app_for(n) for n in range(3)]
+
+    async def route(scope: Scope, receive: Receive, send: Send) -> None:
+        await apps[scope["n"]](scope, receive, send)
+
+    cap = SessionCap(route, sessions=8, streams=2)
+    first = asyncio.create_task(cap({**_scope(b"a"), "n": 0}, server_receive(), send))
+    await listening[0].wait()
+    second = asyncio.create_task(cap({**_scope(b"a"), "n": 1}, server_receive(), send))
+    await listening[1].wait()
+    other = asyncio.create_task(cap({**_scope(b"b"), "n": 2}, server_receive(), send))  # another credential
+    await listening[2].wait()
+    assert ended == []  # two streams for "a" is its cap, one for "b": nothing ended
+    apps.append(app_for(0))
+    listening.append(asyncio.Event())
+    third = asyncio.create_task(cap({**_scope(b"a"), "n": 3}, server_receive(), send))
+    await asyncio.wait_for(first, 5)  # "a"'s oldest stream was told its client went away
+    assert ended == [0]
+    closed.set()
+    await asyncio.wait_for(asyncio.gather(second, other, third), 5)
