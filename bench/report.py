@@ -134,6 +134,19 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str]]:
     if s2:
         high = s2["sustained_high"]["delivered_rate_steady"]
         rows.append((">= 1,000 delivered/s sustained", f"{high:,.0f}/s", _target(high >= 1000)))
+        sustained = s2["sustained_high"]
+        p99_high = sustained["latency_stamp"]["p99"]
+        rows.append(
+            (
+                "commit-to-receiver p99 < 100 ms at 1,000 todos/s",
+                f"{p99_high:,.1f} ms",
+                _target(p99_high < 100),
+            )
+        )
+        ingest_high = sustained["ingest_latency"]["p99"]
+        rows.append(
+            ("ingest p99 < 50 ms at 1,000 todos/s", f"{ingest_high:,.1f} ms", _target(ingest_high < 50))
+        )
         rows.append(
             (
                 ">= 1.5x a2a-sdk sender (burst)",
