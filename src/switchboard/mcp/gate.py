@@ -40,6 +40,7 @@ from switchboard.mcp.errors import UNAVAILABLE_MESSAGE, error_result, result_cod
 from switchboard.mcp.hangups import watching
 from switchboard.mcp.sessions import SESSION_HEADER
 from switchboard.mcp.tools import ToolContext, acting_as
+from switchboard.obs.metrics import Children
 from switchboard.ratelimit import WindowLimiter
 from switchboard.store.accounts import Endpoint
 from switchboard.store.errors import StoreUnavailable
@@ -82,9 +83,8 @@ class Gate:
         self.services = tools.services
         self.doorbell = doorbell
         self.limiter = limiter
-        # (verb, code) -> its counter: labels() takes a lock and builds a key on every call. Bounded:
-        # verbs are this server's or "unknown", codes are the fixed error codes.
-        self._counters: dict[tuple[str, str], Any] = {}
+        # Bounded: verbs are this server's or "unknown", codes are the fixed error codes.
+        self._calls = Children(tools.services.metrics.mcp_calls)
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         if ctx.method == "tools/call":
@@ -149,10 +149,7 @@ class Gate:
         return endpoint
 
     def _count(self, verb: str, code: str) -> None:
-        counter = self._counters.get((verb, code))
-        if counter is None:
-            counter = self._counters[verb, code] = self.services.metrics.mcp_calls.labels(verb, code)
-        counter.inc()
+        self._calls(verb, code).inc()
 
     # -- tools/list -------------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from switchboard.boundary import PARSED_BODY
-from switchboard.obs.metrics import Metrics
+from switchboard.obs.metrics import Children, Metrics
 from switchboard.verbs import ALL_VERBS
 
 MCP_PATH = "/mcp"
@@ -89,7 +89,7 @@ class McpTiming:
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app, self.metrics = app, metrics
-        self._children: dict[tuple[str, str], Any] = {}  # bounded: METHODS x ALL_VERBS, plus "other"
+        self._seconds = Children(metrics.mcp_request_seconds)  # bounded: METHODS x ALL_VERBS, plus "other"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"].rstrip("/") != MCP_PATH:
@@ -132,11 +132,6 @@ class McpTiming:
             await send(message)
             if message["type"] == "http.response.body" and not message.get("more_body", False) and not done:
                 done = True
-                child = self._children.get((method, verb))
-                if child is None:
-                    child = self._children[method, verb] = self.metrics.mcp_request_seconds.labels(
-                        method, verb
-                    )
-                child.observe(time.monotonic() - started)
+                self._seconds(method, verb).observe(time.monotonic() - started)
 
         return timed_send

@@ -10,6 +10,7 @@ import bisect
 import math
 import threading
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -223,6 +224,22 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class Children:
+    """A labelled metric's children, kept by label values: ``labels()`` takes a lock and builds a key on
+    every call, which the hot paths (every MCP call, every todo move) should not pay. Use it only for
+    labels from a bounded set."""
+
+    def __init__(self, metric: Any) -> None:
+        self._metric = metric
+        self._kept: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, *values: str) -> Any:
+        child = self._kept.get(values)
+        if child is None:
+            child = self._kept[values] = self._metric.labels(*values)
+        return child
 
 
 class MergeableHistogram(Collector):

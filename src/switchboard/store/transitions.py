@@ -25,12 +25,11 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from switchboard.obs.logs import get_logger
-from switchboard.obs.metrics import Metrics
+from switchboard.obs.metrics import Children, Metrics
 
 log = get_logger("switchboard.transitions")
 
@@ -93,7 +92,7 @@ def _one_at_a_time(handler: Subscriber) -> BatchSubscriber:
 class TransitionHub:
     def __init__(self, metrics: Metrics, *, instance_id: str = "") -> None:
         self._metrics = metrics
-        self._counted: dict[str, Any] = {}  # transition name -> its counter (a fixed set of names)
+        self._counted = Children(metrics.transitions)  # a fixed set of transition names
         self.instance_id = instance_id
         self._in_tx: list[InTxHandler] = []
         self._in_tx_wants: list[Callable[[Transition], bool] | None] = []
@@ -204,10 +203,7 @@ class TransitionHub:
     def publish(self, transitions: Sequence[Transition]) -> None:
         """Called after commit. Never blocks and never raises."""
         for t in transitions:
-            counter = self._counted.get(t.transition)
-            if counter is None:  # labels() takes a lock and builds a key: once per transition name
-                counter = self._counted[t.transition] = self._metrics.transitions.labels(t.transition)
-            counter.inc()
+            self._counted(t.transition).inc()
         self._deliver(transitions, self._subs)
 
     def publish_remote(self, transitions: Sequence[Transition]) -> None:
