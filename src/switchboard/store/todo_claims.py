@@ -86,7 +86,7 @@ def _select_list(table: str, *, payload: bool = True) -> str:
     return ", ".join(f"{table}.{c}" if c != "payload" or payload else f"NULL AS {c}" for c in _COLUMNS)
 
 
-_EVENT_COLUMNS = "id, todo_id, transition, reason, attempt, lease_expires_at, actor, instance_id, at"
+EVENT_COLUMNS = "id, todo_id, transition, reason, attempt, lease_expires_at, actor, instance_id, at"
 
 # -- PostgreSQL ------------------------------------------------------------------------------------
 
@@ -124,7 +124,7 @@ WITH picked AS (
 ), numbered AS (
     SELECT moved.id, moved.attempt, row_number() OVER (ORDER BY moved.id) AS n FROM moved
 ), events AS (
-    INSERT INTO todo_events ({_EVENT_COLUMNS})
+    INSERT INTO todo_events ({EVENT_COLUMNS})
     SELECT e.event_id, numbered.id, 'claimed', NULL, numbered.attempt, CAST($4 AS bigint), NULL,
         CAST($6 AS varchar), CAST($5 AS bigint)
     FROM numbered
@@ -171,7 +171,7 @@ WITH given AS (
         AND todos.status = 'claimed' AND todos.lease_expires_at >= $5{" AND (SELECT n FROM held) = 0" if alone else ""}
     RETURNING {_select_list("todos", payload=False)}, given.event_id
 ), events AS (
-    INSERT INTO todo_events ({_EVENT_COLUMNS})
+    INSERT INTO todo_events ({EVENT_COLUMNS})
     SELECT moved.event_id, moved.id, 'done', NULL, moved.attempt, NULL, NULL,
         CAST($6 AS varchar), CAST($5 AS bigint)
     FROM moved
@@ -208,7 +208,7 @@ RETURNING {_select_list("todos", payload=False)}
 """
 
 _EVENTS_SQLITE = f"""
-INSERT INTO todo_events ({_EVENT_COLUMNS})
+INSERT INTO todo_events ({EVENT_COLUMNS})
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), :transition, NULL,
     json_extract(value, '$[2]'), :lease, NULL, :instance_id, :now
 FROM json_each(:events)

@@ -9,20 +9,24 @@ so across instances each row moves exactly once: on PostgreSQL the claim and swe
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from sqlalchemy import Row, Select, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from switchboard.clock import Clock, ms
 from switchboard.delivery.backoff import Backoff
-from switchboard.ids import todo_id
+from switchboard.ids import new_id, todo_id
 from switchboard.store.db import Database
 from switchboard.store.schema import LIVE_DEDUP_PREDICATE, LIVE_STATUSES, PENDING_PREDICATE, todos
-from switchboard.store.todo_claims import MAX_RESULT_DEPTH, Moved, TodoClaims
+from switchboard.store.sqlite_writer import Declined
+from switchboard.store.todo_claims import EVENT_COLUMNS, MAX_RESULT_DEPTH, Moved, TodoClaims
 from switchboard.store.todo_claims import Answer as ClaimAnswer
 from switchboard.store.todo_moves import Answer, TodoMoves, sender_gate
 from switchboard.store.todo_reads import TodoReads
@@ -107,39 +111,66 @@ class TodoStore(TodoClaims, TodoMoves, TodoReads):
                 admit(item.payload)
                 encoded[id(item.payload)] = _encode_payload(item.payload)
         now = self.clock.now()
-        created: list[Transition] = []
-        dedup = 0
         rows = [_insert_values(item, ms(now), encoded[id(item.payload)]) for item in items]
+        writer = self.db.sqlite_writer() if in_transaction is None and rows else None
+        if writer is not None:
+            try:
+                created = await writer.run(partial(self._create_in_writer, items, rows, now))
+            except Declined:
+                pass  # undone in the writer; made again below, where the handlers get a connection
+            else:
+                self.hub.publish(created)
+                return CreateResult([t.todo_id for t in created], len(rows) - len(created))
         async with self.db.begin() as conn:
             # One statement for the whole delivery (SQLAlchemy sends the rows as one multi-row INSERT);
             # RETURNING names the rows that went in. A row without a dedup key never conflicts.
             inserted = {r.id for r in await conn.execute(self._insert_ignore(), rows)} if rows else set()
-            for item, values in zip(items, rows, strict=True):
-                if values["id"] not in inserted:
-                    dedup += 1
-                    continue
-                created.append(
-                    Transition(
-                        todo_id=values["id"],
-                        endpoint_id=item.endpoint_id,
-                        queue=item.queue,
-                        kind=item.kind,
-                        source=item.source,
-                        title=item.title,
-                        attempt=0,
-                        transition="created",
-                        reason=None,
-                        push_eligible=sender_gate(item.verified, item.via_token),
-                        push_excluded=item.self_test or item.quarantined,
-                        at=now,
-                        instance_id=self.hub.instance_id,
-                    )
-                )
+            created = self._created(items, rows, inserted, now)
+            dedup = len(rows) - len(created)
             if in_transaction is not None and created:
                 await in_transaction(conn, created)
             await self._commit(conn, created)
         self.hub.publish(created)
         return CreateResult([t.todo_id for t in created], dedup)
+
+    def _create_in_writer(
+        self, items: Sequence[NewTodo], rows: list[dict[str, Any]], now: float, conn: sqlite3.Connection
+    ) -> list[Transition]:
+        """SQLite: a create in the group-commit writer's next batch (store/sqlite_writer.py), as the claim
+        path's moves are: one trip from the loop, no write lock held across a loop turn, and concurrent
+        deliveries share a commit. The inserts, then the timeline rows, in the work's savepoint; a create
+        whose transitions an in-transaction handler wants (an A2A task's) is undone and made on the loop."""
+        inserted = {row["id"] for row in rows if conn.execute(_INSERT_ONE_SQLITE, row).fetchone() is not None}
+        created = self._created(items, rows, inserted, now)
+        if self.hub.needs_transaction(created):
+            raise Declined
+        if created:
+            conn.execute(_CREATED_EVENTS_SQLITE, _created_events(created, ms(now)))
+        return created
+
+    def _created(
+        self, items: Sequence[NewTodo], rows: list[dict[str, Any]], inserted: set[str], now: float
+    ) -> list[Transition]:
+        """The created transitions of the rows that went in (the others a live todo absorbed)."""
+        return [
+            Transition(
+                todo_id=values["id"],
+                endpoint_id=item.endpoint_id,
+                queue=item.queue,
+                kind=item.kind,
+                source=item.source,
+                title=item.title,
+                attempt=0,
+                transition="created",
+                reason=None,
+                push_eligible=sender_gate(item.verified, item.via_token),
+                push_excluded=item.self_test or item.quarantined,
+                at=now,
+                instance_id=self.hub.instance_id,
+            )
+            for item, values in zip(items, rows, strict=True)
+            if values["id"] in inserted
+        ]
 
     def _insert_ignore(self) -> Any:
         """The insert that a live todo with the same dedup key absorbs, returning the ids that went
@@ -300,6 +331,32 @@ _INSERT_IGNORE_PG = (
     .on_conflict_do_nothing(index_elements=[todos.c.dedup_key], index_where=LIVE_DEDUP_PREDICATE)
     .returning(todos.c.id)
 )
+
+
+# The writer's create (``TodoStore._create_in_writer``): the same insert as ``_INSERT_IGNORE_SQLITE``, one
+# row per execution, as SQL text (named parameters, the keys of ``_insert_values``) compiled once here.
+_NEW_COLUMNS = (
+    "id", "endpoint_id", "queue", "kind", "source", "source_id", "title", "payload", "status", "attempt",
+    "delivery_id", "dedup_key", "verified", "via_token", "self_test", "quarantined", "created_at", "updated_at",
+)  # fmt: skip
+_INSERT_ONE_SQLITE = str(
+    _INSERT_IGNORE_SQLITE.compile(dialect=sqlite_dialect(paramstyle="named"), column_keys=list(_NEW_COLUMNS))
+)
+_CREATED_EVENTS_SQLITE = f"""
+INSERT INTO todo_events ({EVENT_COLUMNS})
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), 'created', NULL, 0, NULL, NULL,
+    :instance_id, :now
+FROM json_each(:events)
+"""
+
+
+def _created_events(created: list[Transition], now_ms: int) -> dict[str, Any]:
+    """The writer's timeline insert's parameters: one statement for the whole delivery."""
+    return {
+        "events": json.dumps([[new_id("te"), t.todo_id] for t in created]),
+        "instance_id": created[0].instance_id[:100] or None,
+        "now": now_ms,
+    }
 
 
 def _encode_payload(payload: Any) -> str:

@@ -75,13 +75,14 @@ async def test_concurrent_claims_and_acks_share_commits(
     store = TodoStore(database, hub, clock)
     ids = (await store.create(_todos(ep, 32))).created
     writer = _writer(database)
+    assert (writer.works, writer.commits) == (1, 1)  # the create: one work, one commit
     rows = await asyncio.gather(*(store.claim_next(ep, ["inbox"], 60) for _ in range(32)))
     assert sorted(r.id for r in rows if r is not None) == sorted(ids)
-    assert writer.works == 32 and 1 <= writer.commits < 32, (writer.works, writer.commits)
+    assert writer.works == 33 and 1 <= writer.commits - 1 < 32, (writer.works, writer.commits)
     commits = writer.commits
     done = await asyncio.gather(*(store.ack(ep, i, {"ok": True}) for i in ids))
     assert all(d is not None and d.status == "done" for d in done)
-    assert writer.works == 64 and writer.commits - commits < 32
+    assert writer.works == 65 and writer.commits - commits < 32
     events = select(func.count()).select_from(todo_events).where(todo_events.c.transition != "created")
     assert await _count(database, events) == 64  # each move has its timeline row
 
@@ -187,12 +188,13 @@ async def test_an_a2a_task_claim_commits_with_its_in_transaction_handler(
 
     hub.add_in_transaction(handler, wants=may_be_task)
     writer = _writer(database)
+    before = writer.works  # the creates (made before the handler was added)
     got_task, got_plain = await asyncio.gather(
         store.claim_next(ep_a, ["inbox"], 60), store.claim_next(ep_b, ["inbox"], 60)
     )
     assert got_task is not None and got_task.id == task and got_plain is not None and got_plain.id == plain
     assert handled == [task]
-    assert writer.works == 1  # the plain claim; the task's was declined and made on the loop
+    assert writer.works - before == 1  # the plain claim; the task's was declined and made on the loop
     titles = dict((r[0], r[1]) for r in await database.fetch(select(todos.c.id, todos.c.title)))
     assert titles[task] == "seen in tx" and titles[plain] == "t0"
     claimed = select(func.count()).where(todo_events.c.todo_id == task, todo_events.c.transition == "claimed")
@@ -212,9 +214,10 @@ async def test_a_handler_without_a_predicate_takes_every_claim_to_the_loop(
         seen.extend(transitions)
 
     hub.add_in_transaction(handler)
+    before = _writer(database).works  # the create (made before the handler was added)
     rows = await store.claim_many(ep, ["inbox"], 60, 2)
     assert [t.todo_id for t in seen] == [r.id for r in rows] and len(rows) == 2
-    assert _writer(database).works == 0
+    assert _writer(database).works == before
 
 
 async def test_a_locked_file_delays_claims_but_not_the_loop(
@@ -457,3 +460,62 @@ async def test_the_writer_takes_the_next_batch_without_waiting_for_the_loop(data
     resumed = time.monotonic()
     assert await first == "first" and await second == "second"
     assert stalled < started["second"] < resumed  # its batch ran during the stall
+
+
+async def test_a_create_is_one_writer_work_with_its_timeline_and_dedup(
+    database: Database, hub: TransitionHub, clock: ManualClock
+) -> None:
+    """Ingest's create on a file database: one work in the writer's batch, a timeline row per todo that
+    went in, and a redelivery absorbed by the live todo (inside one delivery and across two)."""
+    (ep,) = await _endpoints(database, clock, 1)
+    store = TodoStore(database, hub, clock)
+    published: list[str] = []
+
+    async def seen(batch: Any) -> None:
+        published.extend(t.todo_id for t in batch)
+
+    hub.subscribe_batch("seen", seen)
+
+    def delivery(queue: str) -> NewTodo:
+        return NewTodo(
+            endpoint_id=ep, queue=queue, title="t", payload={"a": 1}, source="gh", source_id="src_1",
+            delivery_id="d-1", verified=True,
+        )  # fmt: skip
+
+    first = await store.create([delivery("inbox"), delivery("inbox"), delivery("other")])
+    writer = _writer(database)
+    assert (writer.works, writer.commits) == (1, 1)
+    assert len(first.created) == 2 and first.deduplicated == 1  # the same key twice in one delivery
+    again = await store.create([delivery("inbox"), delivery("other")])
+    assert again.created == [] and again.deduplicated == 2 and writer.works == 2
+    await hub.idle()
+    assert published == first.created  # only what went in is published
+    created = select(todo_events.c.todo_id).where(todo_events.c.transition == "created")
+    assert sorted(r[0] for r in await database.fetch(created)) == sorted(first.created)
+    assert await _count(database, select(func.count()).select_from(todos)) == 2
+
+
+async def test_a_create_an_in_transaction_handler_wants_is_made_on_the_loop_with_it(
+    database: Database, hub: TransitionHub, clock: ManualClock
+) -> None:
+    """An A2A task's create must commit with the handler's rows: the writer undoes its try (no row, no
+    timeline entry left from it) and the loop makes it, the handler inside the transaction."""
+    (ep,) = await _endpoints(database, clock, 1)
+    store = TodoStore(database, hub, clock)
+    handled: list[str] = []
+
+    async def handler(conn: AsyncConnection, transitions: Any) -> None:
+        for t in transitions:
+            if may_be_task(t):
+                handled.append(t.todo_id)
+                await conn.execute(text("UPDATE todos SET title = 'seen in tx' WHERE id = :id"), {"id": t.todo_id})
+
+    hub.add_in_transaction(handler, wants=may_be_task)
+    (task,) = (await store.create(_todos(ep, 1, source=A2A_SOURCE))).created
+    (plain,) = (await store.create(_todos(ep, 1))).created
+    assert handled == [task]
+    assert _writer(database).works == 1  # the plain one; the task's try was undone (not counted)
+    titles = dict((r[0], r[1]) for r in await database.fetch(select(todos.c.id, todos.c.title)))
+    assert titles == {task: "seen in tx", plain: "t0"}
+    events = select(todo_events.c.todo_id).where(todo_events.c.transition == "created")
+    assert sorted(r[0] for r in await database.fetch(events)) == sorted([task, plain])
