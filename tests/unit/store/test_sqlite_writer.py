@@ -508,7 +508,9 @@ async def test_a_create_an_in_transaction_handler_wants_is_made_on_the_loop_with
         for t in transitions:
             if may_be_task(t):
                 handled.append(t.todo_id)
-                await conn.execute(text("UPDATE todos SET title = 'seen in tx' WHERE id = :id"), {"id": t.todo_id})
+                await conn.execute(
+                    text("UPDATE todos SET title = 'seen in tx' WHERE id = :id"), {"id": t.todo_id}
+                )
 
     hub.add_in_transaction(handler, wants=may_be_task)
     (task,) = (await store.create(_todos(ep, 1, source=A2A_SOURCE))).created
