@@ -59,6 +59,7 @@ from switchboard.notify.hook_model import (
     MatchedHook,
     SendableHook,
 )
+from switchboard.notify.sqlite_reads import MATCH_SQL, SENDABLE_SQL, MatchRow, SendableRow, ids_param
 from switchboard.push import mint_secret, redact_url
 from switchboard.store.accounts import Endpoint, lock_endpoint
 from switchboard.store.db import Database
@@ -407,14 +408,17 @@ class HookStore(HookHealth):
             return {}
         # One statement outside any transaction (Database.fetch): a BEGIN and ROLLBACK around it were
         # two more trips to the database per batch, in the worker that matches a thousand todos a second.
-        rows = await self.db.fetch(_MATCH, {"p_endpoint_ids": ids})
+        rows: Sequence[Any]
+        if self.db.is_sqlite:  # one trip to the driver's thread (sqlite_reads)
+            rows = [MatchRow(*r) for r in await self.db.sqlite_fetch(MATCH_SQL, ids_param(ids))]
+        else:
+            rows = await self.db.fetch(_MATCH, {"p_endpoint_ids": ids})
         found: dict[str, EndpointHooks] = {}
         grouped: dict[str, list[MatchedHook]] = {}
         for row in rows:
             hooks = grouped.get(row.endpoint_id)
             if hooks is None:
-                m = row._mapping
-                ns = SimpleNamespace(**{c.name: m[f"ep_{c.name}"] for c in endpoints.c})
+                ns = SimpleNamespace(**{c.name: getattr(row, f"ep_{c.name}") for c in endpoints.c})
                 hooks = grouped[row.endpoint_id] = []
                 found[row.endpoint_id] = EndpointHooks(Endpoint.from_row(ns), ())  # type: ignore[arg-type]
             hooks.append(MatchedHook(Hook.from_row(row), row.url_enc))
@@ -431,7 +435,11 @@ class HookStore(HookHealth):
         ids = sorted(set(hook_ids))
         if not ids:
             return {}
-        rows = await self.db.fetch(_SENDABLE_MANY, {"p_hook_ids": ids})  # no transaction: one statement
+        rows: Sequence[Any]
+        if self.db.is_sqlite:  # one trip to the driver's thread (sqlite_reads)
+            rows = [SendableRow(*r) for r in await self.db.sqlite_fetch(SENDABLE_SQL, ids_param(ids))]
+        else:
+            rows = await self.db.fetch(_SENDABLE_MANY, {"p_hook_ids": ids})  # no transaction: one statement
         found: dict[str, Any] = dict.fromkeys(ids)
         for row in rows:
             found[row.id] = row

@@ -192,6 +192,18 @@ class Database(DirectWrites):
             finally:
                 pooled.close()
 
+    async def sqlite_fetch(self, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """SQLite only: one read statement given as SQL text, in autocommit, its rows as tuples: one trip
+        to the driver's thread (and one for the pool's reset), where :meth:`fetch` takes five or more (a
+        cursor, the statement, its rows, closing the cursor, the reset) plus SQLAlchemy's execution. For
+        the notify worker's reads, which run hundreds of times a second under load (issue 18)."""
+        assert self.is_sqlite
+        with sqlite_errors():
+            async with self._plain.connect() as conn:
+                raw = await conn.get_raw_connection()
+                driver: Any = raw.driver_connection  # aiosqlite, in autocommit
+                return list(await driver.execute_fetchall(sql, params))
+
     async def fetch(self, statement: Executable, params: Mapping[str, Any] | None = None) -> list[Row[Any]]:
         """One read statement outside any transaction (it needs none: one statement sees one snapshot),
         its rows. A connection found dropped when used (the server restarted, a proxy cut it) is

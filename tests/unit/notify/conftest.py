@@ -86,14 +86,22 @@ class NotifyDB:
                 record(None, None, sql or str(statement.compile(dialect=self.db.engine.dialect)))
             return await real(statement, params)
 
+        fetch = self.db.sqlite_fetch
+
+        async def text_read(sql: str, params: Any) -> Any:  # SQLite's hot reads: SQL text, one trip
+            record(None, None, sql)
+            return await fetch(sql, params)
+
         engine = self.db.engine.sync_engine
         event.listen(engine, "before_cursor_execute", record)
         self.db.write_returning = direct  # type: ignore[method-assign]
+        self.db.sqlite_fetch = text_read  # type: ignore[method-assign]
         try:
             yield seen
         finally:
             event.remove(engine, "before_cursor_execute", record)
             del self.db.write_returning
+            del self.db.sqlite_fetch
 
 
 def queries(statements: Sequence[str]) -> list[str]:

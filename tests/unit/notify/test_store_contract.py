@@ -179,12 +179,20 @@ async def test_sendable_is_one_prebuilt_statement_and_carries_the_stored_streak(
     def record(conn: object, clauseelement: object, *args: object) -> None:
         executed.append(clauseelement)
 
+    fetch = ndb.db.sqlite_fetch
+
+    async def text_read(sql: str, params: Any) -> Any:  # SQLite: the read's SQL text, one trip
+        executed.append(sql)
+        return await fetch(sql, params)
+
     event.listen(ndb.db.engine.sync_engine, "before_execute", record)
+    ndb.db.sqlite_fetch = text_read  # type: ignore[method-assign]
     try:
         first = await HookReads(ndb.hooks).sendable(hook.id)
         second = await HookReads(ndb.hooks).sendable(hook.id)
     finally:
         event.remove(ndb.db.engine.sync_engine, "before_execute", record)
+        del ndb.db.sqlite_fetch
     assert first is not None and second is not None
     assert first.url == "https://hooks.test/h?key=QUERYCANARY" and len(first.secrets) == 1
     assert first.consecutive_failures == 4
@@ -335,3 +343,34 @@ async def test_prepare_runs_every_health_statement_and_writes_nothing(ndb: Notif
         await ndb.hooks.prepare()
     assert len(updates_on_hooks(seen)) == len(FOLD_STATEMENT_SIZES)
     assert await ndb.row(hook) == before
+
+
+async def test_sqlite_text_reads_return_what_the_statements_return(ndb: NotifyDB) -> None:
+    """The dispatch path's two reads as SQLite text (notify/sqlite_reads.py) against the SQLAlchemy
+    statements PostgreSQL runs: the same rows, columns and order, disabled hooks and unknown ids left out."""
+    if not ndb.db.is_sqlite:
+        pytest.skip("SQLite's text reads")
+    from switchboard.notify import store as store_module
+    from switchboard.notify.sqlite_reads import MATCH_SQL, SENDABLE_SQL, MatchRow, SendableRow, ids_param
+
+    a, b = await ndb.endpoint("ep-a", ("inbox", "reviews")), await ndb.endpoint("ep-b")
+    a1, a2 = await ndb.hook(a, path="/a1"), await ndb.hook(a, ("reviews",), ignore_presence=True, path="/a2")
+    b1 = await ndb.hook(b, path="/b1")
+    await ndb.hooks.set_enabled_by_owner(b.id, b1.id, False)
+    await ndb.hooks.rotate(a.id, a2.id)  # a previous secret and its expiry on one row
+    await ndb.set_hook(a1.id, consecutive_failures=3)
+
+    def plain(row: Any) -> tuple[Any, ...]:
+        return tuple(int(v) if isinstance(v, bool) else v for v in row)
+
+    endpoints_asked = sorted([a.id, b.id, "ep_unknown"])
+    hooks_asked = sorted([a1.id, a2.id, b1.id, "nh_unknown"])
+    match = await ndb.db.fetch(store_module._MATCH, {"p_endpoint_ids": endpoints_asked})
+    match_text = [MatchRow(*r) for r in await ndb.db.sqlite_fetch(MATCH_SQL, ids_param(endpoints_asked))]
+    assert [plain(r) for r in match] == [plain(r) for r in match_text] and len(match) == 2
+    assert list(match[0]._fields) == list(MatchRow._fields)
+    sendable = await ndb.db.fetch(store_module._SENDABLE_MANY, {"p_hook_ids": hooks_asked})
+    sendable_text = [SendableRow(*r) for r in await ndb.db.sqlite_fetch(SENDABLE_SQL, ids_param(hooks_asked))]
+    assert sorted(map(plain, sendable)) == sorted(map(plain, sendable_text)) and len(sendable) == 2
+    assert list(sendable[0]._fields) == list(SendableRow._fields)
+    assert any(r.prev_secret_enc is not None for r in sendable_text)
