@@ -38,10 +38,23 @@ def scrub(value: str) -> str:
     return _BEARER.sub("Bearer [redacted]", value)
 
 
+_SECRET_KEYS: dict[str, bool] = {}  # field name -> whether it names a secret (names come from code: few)
+_SECRET_KEYS_KEPT = 4096
+
+
+def _secret_key(key: str) -> bool:
+    found = _SECRET_KEYS.get(key)
+    if found is None:
+        found = _SECRET_NAMES.search(key) is not None
+        if len(_SECRET_KEYS) < _SECRET_KEYS_KEPT:
+            _SECRET_KEYS[key] = found
+    return found
+
+
 def _clean(fields: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in fields.items():
-        if _SECRET_NAMES.search(key):
+        if _secret_key(key):
             out[key] = "[redacted]"
         elif isinstance(value, str):
             out[key] = scrub(value)
@@ -55,10 +68,20 @@ def _clean(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class JsonFormatter(logging.Formatter):
+    _second: tuple[int, str] = (-1, "")  # one attribute, so a thread never sees half an update
+
+    def _ts(self, record: logging.LogRecord) -> str:
+        """The record's time; the formatted second is kept (a busy notify worker logs a thousand lines in it)."""
+        second, text = self._second
+        if int(record.created) != second:
+            second = int(record.created)
+            text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._second = (second, text)
+        return f"{text}.{int(record.msecs):03d}Z"
+
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
+            "ts": self._ts(record),
             "level": record.levelname.lower(),
             "logger": record.name,
             "event": scrub(record.getMessage()),

@@ -84,3 +84,35 @@ def test_bound_logger_hands_fields_and_exceptions_to_the_handlers() -> None:
     assert first["hook_id"] == "nh_1" and first["level"] == "info"
     second = json.loads(JsonFormatter().format(seen[1]))
     assert second["error_type"] == "ValueError" and second["hook_id"] == "nh_2"
+
+
+def test_the_timestamp_is_each_records_own_across_seconds() -> None:
+    """The formatter keeps the formatted second between records: a record of another second (later or
+    earlier, as records from two threads can arrive) gets its own, to the millisecond."""
+    formatter = JsonFormatter()
+    stamps = []
+    for second, msecs in (
+        (1_700_000_000, 123),
+        (1_700_000_000, 999),
+        (1_700_000_001, 4),
+        (1_699_999_999, 500),
+    ):
+        record = logging.LogRecord("switchboard.x", logging.INFO, __file__, 1, "event", None, None)
+        record.created, record.msecs = second + msecs / 1000, float(msecs)
+        stamps.append(json.loads(formatter.format(record))["ts"])
+    assert stamps == [
+        "2023-11-14T22:13:20.123Z",
+        "2023-11-14T22:13:20.999Z",
+        "2023-11-14T22:13:21.004Z",
+        "2023-11-14T22:13:19.500Z",
+    ]
+
+
+def test_a_field_named_like_a_secret_is_redacted_every_time() -> None:
+    """The field-name check is kept per name: the second line with the same names is redacted too."""
+    formatter = JsonFormatter()
+    for _ in range(2):
+        record = logging.LogRecord("switchboard.x", logging.INFO, __file__, 1, "event", None, None)
+        record.fields = {"api_token": "abc", "hook_id": "nh_1"}
+        line = json.loads(formatter.format(record))
+        assert line["api_token"] == "[redacted]" and line["hook_id"] == "nh_1"
