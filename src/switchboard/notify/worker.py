@@ -18,6 +18,7 @@ import ssl
 import sys
 from typing import IO, Any
 
+from switchboard.heap import freeze_startup_heap
 from switchboard.notify.build import build_dispatcher, hook_store
 from switchboard.notify.wire import MetricDeltas, line, presence_of, transitions_of
 from switchboard.obs import configure_logging
@@ -114,6 +115,10 @@ async def run(
             await hooks.prepare()
         except Exception:  # then each health statement is compiled at its first use
             log.warning("hook health statements not prepared", stage="store", exc_info=True)
+        # As the server does once it listens (switchboard/heap.py): what start-up made (imports, the
+        # stores, the compiled statements) is frozen, so a full collection under load walks only what was
+        # made since, instead of pausing this worker's attempts for tens of milliseconds each time.
+        freeze_startup_heap()
 
     await dispatcher.start()
     relaying = asyncio.create_task(relay_loop(), name="notify-worker-metrics")
