@@ -27,7 +27,7 @@ HOMES: dict[str, tuple[str, ...]] = {
     "endpoints": ("store/accounts.py",),
     "sources": ("store/sources.py",),
     "routes": ("store/sources.py",),
-    "notify_hooks": ("notify/store.py",),
+    "notify_hooks": ("notify/store*.py",),  # store + store_sqlite (SQLite's text of its hot reads)
     "push_notification_configs": ("a2a/configs.py",),
 }
 
@@ -43,6 +43,10 @@ READ_ALLOW: dict[tuple[str, str], str] = {
         "matching reads each endpoint (scope, presence, owner) with its enabled hooks in one batched "
         "statement on the delivery path: in store/accounts.py the endpoints home would depend on notify"
     ),
+    (
+        "notify/store_sqlite.py",
+        "endpoints",
+    ): "the same matching read, as SQLite text (see notify/store.py's entry)",
     ("store/admin.py", "notify_hooks"): (
         "the delete confirmation counts the endpoint's hooks; store/ sits below notify/, so calling the "
         "hooks home from here would make the store layer depend on a feature"

@@ -59,7 +59,7 @@ from switchboard.notify.hook_model import (
     MatchedHook,
     SendableHook,
 )
-from switchboard.notify.sqlite_reads import MATCH_SQL, SENDABLE_SQL, MatchRow, SendableRow, ids_param
+from switchboard.notify.store_sqlite import MATCH_SQL, SENDABLE_SQL, MatchRow, SendableRow, ids_param
 from switchboard.push import mint_secret, redact_url
 from switchboard.store.accounts import Endpoint, lock_endpoint
 from switchboard.store.db import Database
@@ -409,7 +409,7 @@ class HookStore(HookHealth):
         # One statement outside any transaction (Database.fetch): a BEGIN and ROLLBACK around it were
         # two more trips to the database per batch, in the worker that matches a thousand todos a second.
         rows: Sequence[Any]
-        if self.db.is_sqlite:  # one trip to the driver's thread (sqlite_reads)
+        if self.db.is_sqlite:  # one trip to the driver's thread (store_sqlite)
             rows = [MatchRow(*r) for r in await self.db.sqlite_fetch(MATCH_SQL, ids_param(ids))]
         else:
             rows = await self.db.fetch(_MATCH, {"p_endpoint_ids": ids})
@@ -436,7 +436,7 @@ class HookStore(HookHealth):
         if not ids:
             return {}
         rows: Sequence[Any]
-        if self.db.is_sqlite:  # one trip to the driver's thread (sqlite_reads)
+        if self.db.is_sqlite:  # one trip to the driver's thread (store_sqlite)
             rows = [SendableRow(*r) for r in await self.db.sqlite_fetch(SENDABLE_SQL, ids_param(ids))]
         else:
             rows = await self.db.fetch(_SENDABLE_MANY, {"p_hook_ids": ids})  # no transaction: one statement

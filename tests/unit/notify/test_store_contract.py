@@ -346,12 +346,12 @@ async def test_prepare_runs_every_health_statement_and_writes_nothing(ndb: Notif
 
 
 async def test_sqlite_text_reads_return_what_the_statements_return(ndb: NotifyDB) -> None:
-    """The dispatch path's two reads as SQLite text (notify/sqlite_reads.py) against the SQLAlchemy
+    """The dispatch path's two reads as SQLite text (notify/store_sqlite.py) against the SQLAlchemy
     statements PostgreSQL runs: the same rows, columns and order, disabled hooks and unknown ids left out."""
     if not ndb.db.is_sqlite:
         pytest.skip("SQLite's text reads")
     from switchboard.notify import store as store_module
-    from switchboard.notify.sqlite_reads import MATCH_SQL, SENDABLE_SQL, MatchRow, SendableRow, ids_param
+    from switchboard.notify.store_sqlite import MATCH_SQL, SENDABLE_SQL, MatchRow, SendableRow, ids_param
 
     a, b = await ndb.endpoint("ep-a", ("inbox", "reviews")), await ndb.endpoint("ep-b")
     a1, a2 = await ndb.hook(a, path="/a1"), await ndb.hook(a, ("reviews",), ignore_presence=True, path="/a2")
