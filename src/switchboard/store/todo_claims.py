@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -86,7 +86,7 @@ def _select_list(table: str, *, payload: bool = True) -> str:
     return ", ".join(f"{table}.{c}" if c != "payload" or payload else f"NULL AS {c}" for c in _COLUMNS)
 
 
-EVENT_COLUMNS = "id, todo_id, transition, reason, attempt, lease_expires_at, actor, instance_id, at"
+_EVENT_COLUMNS = "id, todo_id, transition, reason, attempt, lease_expires_at, actor, instance_id, at"
 
 # -- PostgreSQL ------------------------------------------------------------------------------------
 
@@ -124,7 +124,7 @@ WITH picked AS (
 ), numbered AS (
     SELECT moved.id, moved.attempt, row_number() OVER (ORDER BY moved.id) AS n FROM moved
 ), events AS (
-    INSERT INTO todo_events ({EVENT_COLUMNS})
+    INSERT INTO todo_events ({_EVENT_COLUMNS})
     SELECT e.event_id, numbered.id, 'claimed', NULL, numbered.attempt, CAST($4 AS bigint), NULL,
         CAST($6 AS varchar), CAST($5 AS bigint)
     FROM numbered
@@ -171,7 +171,7 @@ WITH given AS (
         AND todos.status = 'claimed' AND todos.lease_expires_at >= $5{" AND (SELECT n FROM held) = 0" if alone else ""}
     RETURNING {_select_list("todos", payload=False)}, given.event_id
 ), events AS (
-    INSERT INTO todo_events ({EVENT_COLUMNS})
+    INSERT INTO todo_events ({_EVENT_COLUMNS})
     SELECT moved.event_id, moved.id, 'done', NULL, moved.attempt, NULL, NULL,
         CAST($6 AS varchar), CAST($5 AS bigint)
     FROM moved
@@ -207,19 +207,21 @@ WHERE todos.id = given.id AND todos.endpoint_id = :endpoint_id AND todos.status 
 RETURNING {_select_list("todos", payload=False)}
 """
 
-_EVENTS_SQLITE = f"""
-INSERT INTO todo_events ({EVENT_COLUMNS})
+# The timeline rows of a batch of moves (or of a delivery's creates), as one SQLite statement.
+EVENTS_SQLITE = f"""
+INSERT INTO todo_events ({_EVENT_COLUMNS})
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), :transition, NULL,
     json_extract(value, '$[2]'), :lease, NULL, :instance_id, :now
 FROM json_each(:events)
 """
 
 
-def _events(
-    rows: list[Moved], transition: str, lease: int | None, instance: str | None, now_ms: int
+def events_params(
+    moved: Iterable[tuple[str, int]], transition: str, lease: int | None, instance: str | None, now_ms: int
 ) -> dict[str, Any]:
-    """The SQLite timeline insert's parameters: one statement for the whole batch."""
-    events = [[new_id("te"), r.id, r.attempt] for r in rows]
+    """:data:`EVENTS_SQLITE`'s parameters for ``moved`` (each todo's id and attempt): one statement for
+    the whole batch."""
+    events = [[new_id("te"), todo, attempt] for todo, attempt in moved]
     return {
         "events": json.dumps(events),
         "transition": transition,
@@ -227,6 +229,10 @@ def _events(
         "instance_id": instance,
         "now": now_ms,
     }
+
+
+def _moved(rows: list[Moved]) -> list[tuple[str, int]]:
+    return [(r.id, r.attempt) for r in rows]
 
 
 def _order(rows: list[Moved]) -> list[Moved]:
@@ -395,8 +401,8 @@ class TodoClaims:
             transitions = self._transitions(rows, transition, now)
             self._answer(rows, answer)
             if rows:
-                events = _events(rows, transition, lease, self._instance(), ms(now))
-                await driver.execute_fetchall(_EVENTS_SQLITE, events)
+                events = events_params(_moved(rows), transition, lease, self._instance(), ms(now))
+                await driver.execute_fetchall(EVENTS_SQLITE, events)
                 await self.hub.run_in_transaction(conn, transitions)
         return rows, transitions
 
@@ -418,7 +424,9 @@ class TodoClaims:
             raise Declined  # before the answers: the loop-side path answers these rows
         self._answer(rows, answer)
         if rows:
-            conn.execute(_EVENTS_SQLITE, _events(rows, transition, lease, self._instance(), ms(now)))
+            conn.execute(
+                EVENTS_SQLITE, events_params(_moved(rows), transition, lease, self._instance(), ms(now))
+            )
         return rows, transitions
 
     def _transitions(self, rows: list[Moved], transition: str, now: float) -> list[Transition]:

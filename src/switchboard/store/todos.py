@@ -8,11 +8,11 @@ so across instances each row moves exactly once: on PostgreSQL the claim and swe
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from sqlalchemy import Row, Select, select, update
@@ -22,11 +22,11 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from switchboard.clock import Clock, ms
 from switchboard.delivery.backoff import Backoff
-from switchboard.ids import new_id, todo_id
+from switchboard.ids import todo_id
 from switchboard.store.db import Database
 from switchboard.store.schema import LIVE_DEDUP_PREDICATE, LIVE_STATUSES, PENDING_PREDICATE, todos
 from switchboard.store.sqlite_writer import Declined
-from switchboard.store.todo_claims import EVENT_COLUMNS, MAX_RESULT_DEPTH, Moved, TodoClaims
+from switchboard.store.todo_claims import EVENTS_SQLITE, MAX_RESULT_DEPTH, Moved, TodoClaims, events_params
 from switchboard.store.todo_claims import Answer as ClaimAnswer
 from switchboard.store.todo_moves import Answer, TodoMoves, sender_gate
 from switchboard.store.todo_reads import TodoReads
@@ -115,7 +115,7 @@ class TodoStore(TodoClaims, TodoMoves, TodoReads):
         writer = self.db.sqlite_writer() if in_transaction is None and rows else None
         if writer is not None:
             try:
-                created = await writer.run(partial(self._create_in_writer, items, rows, now))
+                created = await writer.run(functools.partial(self._create_in_writer, items, rows, now))
             except Declined:
                 pass  # undone in the writer; made again below, where the handlers get a connection
             else:
@@ -140,12 +140,14 @@ class TodoStore(TodoClaims, TodoMoves, TodoReads):
         path's moves are: one trip from the loop, no write lock held across a loop turn, and concurrent
         deliveries share a commit. The inserts, then the timeline rows, in the work's savepoint; a create
         whose transitions an in-transaction handler wants (an A2A task's) is undone and made on the loop."""
-        inserted = {row["id"] for row in rows if conn.execute(_INSERT_ONE_SQLITE, row).fetchone() is not None}
+        sql = _insert_one_sqlite(tuple(rows[0]))
+        inserted = {row["id"] for row in rows if conn.execute(sql, row).fetchone() is not None}
         created = self._created(items, rows, inserted, now)
         if self.hub.needs_transaction(created):
             raise Declined
         if created:
-            conn.execute(_CREATED_EVENTS_SQLITE, _created_events(created, ms(now)))
+            moved = [(t.todo_id, t.attempt) for t in created]
+            conn.execute(EVENTS_SQLITE, events_params(moved, "created", None, self._instance(), ms(now)))
         return created
 
     def _created(
@@ -333,30 +335,14 @@ _INSERT_IGNORE_PG = (
 )
 
 
-# The writer's create (``TodoStore._create_in_writer``): the same insert as ``_INSERT_IGNORE_SQLITE``, one
-# row per execution, as SQL text (named parameters, the keys of ``_insert_values``) compiled once here.
-_NEW_COLUMNS = (
-    "id", "endpoint_id", "queue", "kind", "source", "source_id", "title", "payload", "status", "attempt",
-    "delivery_id", "dedup_key", "verified", "via_token", "self_test", "quarantined", "created_at", "updated_at",
-)  # fmt: skip
-_INSERT_ONE_SQLITE = str(
-    _INSERT_IGNORE_SQLITE.compile(dialect=sqlite_dialect(paramstyle="named"), column_keys=list(_NEW_COLUMNS))
-)
-_CREATED_EVENTS_SQLITE = f"""
-INSERT INTO todo_events ({EVENT_COLUMNS})
-SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), 'created', NULL, 0, NULL, NULL,
-    :instance_id, :now
-FROM json_each(:events)
-"""
-
-
-def _created_events(created: list[Transition], now_ms: int) -> dict[str, Any]:
-    """The writer's timeline insert's parameters: one statement for the whole delivery."""
-    return {
-        "events": json.dumps([[new_id("te"), t.todo_id] for t in created]),
-        "instance_id": created[0].instance_id[:100] or None,
-        "now": now_ms,
-    }
+@functools.cache
+def _insert_one_sqlite(columns: tuple[str, ...]) -> str:
+    """The writer's create (``TodoStore._create_in_writer``): ``_INSERT_IGNORE_SQLITE`` for one row of
+    ``columns`` (``_insert_values``' keys, the same for every row), as SQL text with named parameters,
+    compiled once."""
+    return str(
+        _INSERT_IGNORE_SQLITE.compile(dialect=sqlite_dialect(paramstyle="named"), column_keys=list(columns))
+    )
 
 
 def _encode_payload(payload: Any) -> str:

@@ -11,7 +11,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,21 @@ def _todos(endpoint_id: str, n: int, source: str | None = None) -> list[NewTodo]
 
 async def _count(database: Database, statement: Any) -> int:
     return int((await database.fetch(statement))[0][0])
+
+
+def _marks_tasks(handled: list[str]) -> Callable[[AsyncConnection, Any], Awaitable[None]]:
+    """An in-transaction handler for A2A tasks' todos: records each one and retitles it in the
+    transaction, so a test sees whether its write committed with the move."""
+
+    async def handler(conn: AsyncConnection, transitions: Any) -> None:
+        for t in transitions:
+            if may_be_task(t):
+                handled.append(t.todo_id)
+                await conn.execute(
+                    text("UPDATE todos SET title = 'seen in tx' WHERE id = :id"), {"id": t.todo_id}
+                )
+
+    return handler
 
 
 async def test_concurrent_claims_and_acks_share_commits(
@@ -177,16 +192,7 @@ async def test_an_a2a_task_claim_commits_with_its_in_transaction_handler(
     (task,) = (await store.create(_todos(ep_a, 1, source=A2A_SOURCE))).created
     (plain,) = (await store.create(_todos(ep_b, 1))).created
     handled: list[str] = []
-
-    async def handler(conn: AsyncConnection, transitions: Any) -> None:
-        for t in transitions:
-            if may_be_task(t):
-                handled.append(t.todo_id)
-                await conn.execute(
-                    text("UPDATE todos SET title = 'seen in tx' WHERE id = :id"), {"id": t.todo_id}
-                )
-
-    hub.add_in_transaction(handler, wants=may_be_task)
+    hub.add_in_transaction(_marks_tasks(handled), wants=may_be_task)
     writer = _writer(database)
     before = writer.works  # the creates (made before the handler was added)
     got_task, got_plain = await asyncio.gather(
@@ -503,16 +509,7 @@ async def test_a_create_an_in_transaction_handler_wants_is_made_on_the_loop_with
     (ep,) = await _endpoints(database, clock, 1)
     store = TodoStore(database, hub, clock)
     handled: list[str] = []
-
-    async def handler(conn: AsyncConnection, transitions: Any) -> None:
-        for t in transitions:
-            if may_be_task(t):
-                handled.append(t.todo_id)
-                await conn.execute(
-                    text("UPDATE todos SET title = 'seen in tx' WHERE id = :id"), {"id": t.todo_id}
-                )
-
-    hub.add_in_transaction(handler, wants=may_be_task)
+    hub.add_in_transaction(_marks_tasks(handled), wants=may_be_task)
     (task,) = (await store.create(_todos(ep, 1, source=A2A_SOURCE))).created
     (plain,) = (await store.create(_todos(ep, 1))).created
     assert handled == [task]
