@@ -14,23 +14,19 @@ from typing import NamedTuple
 from switchboard.store.schema import endpoints, notify_hooks
 
 _SECRET_COLUMNS = ("secret_enc", "prev_secret_enc")
-MATCH_COLUMNS = (
-    *(c.name for c in notify_hooks.c if c.name not in _SECRET_COLUMNS),
-    *(f"ep_{c.name}" for c in endpoints.c),
+# (expression, label) of each column matching reads: the hook's (not its secrets), then its endpoint's.
+_MATCHED = (
+    *((f"h.{c.name}", c.name) for c in notify_hooks.c if c.name not in _SECRET_COLUMNS),
+    *((f"e.{c.name}", f"ep_{c.name}") for c in endpoints.c),
 )
+MATCH_COLUMNS = tuple(label for _, label in _MATCHED)
 MATCH_SQL = (
     "SELECT "
-    + ", ".join(
-        [
-            *(f"h.{c.name}" for c in notify_hooks.c if c.name not in _SECRET_COLUMNS),
-            *(f"e.{c.name} AS ep_{c.name}" for c in endpoints.c),
-        ]
-    )
+    + ", ".join(f"{expr} AS {label}" for expr, label in _MATCHED)
     + f" FROM {notify_hooks.name} AS h JOIN {endpoints.name} AS e ON e.id = h.endpoint_id"
     " WHERE h.endpoint_id IN (SELECT value FROM json_each(:ids)) AND h.enabled = 1"
     " ORDER BY h.endpoint_id, h.id"
 )
-
 
 class SendableRow(NamedTuple):
     id: str
