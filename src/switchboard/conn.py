@@ -8,9 +8,15 @@ protocol class (passed as ``uvicorn.Config(http=...)``, its public hook) and add
 - a header deadline: the request line and headers of the first request must be complete within
   ``header_timeout`` seconds of the connection opening, or the connection is closed (later requests
   on a kept-alive connection fall under uvicorn's ``timeout_keep_alive`` until their first byte);
-- a cap of ``max_connections`` open connections: at the cap a new connection first evicts the oldest
-  connection that has not finished its headers, so a flood of silent sockets cannot lock out a real
-  client; if every open connection is serving a request, the new one is closed at once.
+- a cap of ``max_connections`` open connections, kept by a sweep: past the cap a new connection is
+  admitted, and ``SWEEP_SECONDS`` later the oldest connections that have still not finished their
+  headers are closed until the cap holds again, so a flood of silent sockets cannot lock out a real
+  client. The sweep only closes connections that were open before it was scheduled: the loop has read
+  whatever they sent by then. Evicting at admission instead killed a real client that arrived in the
+  same accept burst as a flood (its request unread when ``max_connections`` newer sockets came in:
+  a reset, seen in CI). At twice the cap (``HARD_FACTOR``) a new connection evicts the oldest one a
+  sweep already saw without headers, or is closed at once if there is none; at the cap with every open
+  connection serving a request, the new one is closed at once.
 
 It speaks only the public ``asyncio.Protocol`` interface to both sides. uvicorn's protocol is given the
 real transport: holding a response's head until its body (one write instead of two) delayed heads by a
@@ -33,6 +39,8 @@ log = get_logger("switchboard.conn")
 HEADER_END = b"\r\n\r\n"
 SUMMARY_SECONDS = 60.0
 ACCEPT_ERROR = "socket.accept() out of system resource"
+SWEEP_SECONDS = 0.05
+HARD_FACTOR = 2
 
 
 class Coalesced:
@@ -59,35 +67,66 @@ class ConnectionGuard:
 
     def __init__(self, *, max_connections: int, header_timeout: float) -> None:
         self.max_connections = max_connections
+        self.hard_cap = HARD_FACTOR * max_connections
         self.header_timeout = header_timeout
         self.open: dict[GuardedProtocol, None] = {}  # insertion order = age
-        self.waiting: dict[GuardedProtocol, None] = {}  # still reading the first request's headers
+        self.waiting: dict[GuardedProtocol, int] = {}  # still in the first request's headers -> admission no.
+        self.admitted = 0  # admission numbers handed out
+        self.settled = 0  # connections up to this admission number have had their bytes read
+        self.sweep: asyncio.TimerHandle | None = None
         self.timeouts = Coalesced()
         self.evictions = Coalesced()
         self.refusals = Coalesced()
 
     def admit(self, conn: GuardedProtocol) -> bool:
-        if len(self.open) >= self.max_connections:
-            if self.waiting:
-                oldest = next(iter(self.waiting))
-                oldest.close()
-                if (n := self.evictions.hit()) is not None:
-                    log.warning(
-                        "connection cap reached: closing the oldest connections that sent no request yet",
-                        max_connections=self.max_connections,
-                        closed=n,
-                    )
-            else:
-                if (n := self.refusals.hit()) is not None:
-                    log.warning(
-                        "connection cap reached: refusing new connections",
-                        max_connections=self.max_connections,
-                        refused=n,
-                    )
-                return False
+        if len(self.open) >= self.max_connections and not self.waiting:
+            return self._refuse()
+        if len(self.open) >= self.hard_cap:
+            oldest, number = next(iter(self.waiting.items()))
+            if number > self.settled:
+                return self._refuse()
+            self._evict(oldest)
+        self.admitted += 1
         self.open[conn] = None
-        self.waiting[conn] = None
+        self.waiting[conn] = self.admitted
+        if len(self.open) > self.max_connections and self.sweep is None:
+            self._schedule_sweep()
         return True
+
+    def _refuse(self) -> bool:
+        if (n := self.refusals.hit()) is not None:
+            log.warning(
+                "connection cap reached: refusing new connections",
+                max_connections=self.max_connections,
+                refused=n,
+            )
+        return False
+
+    def _evict(self, conn: GuardedProtocol) -> None:
+        conn.close()
+        if (n := self.evictions.hit()) is not None:
+            log.warning(
+                "connection cap reached: closing the oldest connections that sent no request yet",
+                max_connections=self.max_connections,
+                closed=n,
+            )
+
+    def _schedule_sweep(self) -> None:
+        cutoff = self.admitted
+        self.sweep = asyncio.get_running_loop().call_later(SWEEP_SECONDS, self._run_sweep, cutoff)
+
+    def _run_sweep(self, cutoff: int) -> None:
+        """Close the oldest connections still in their headers (admitted up to ``cutoff``, so read at
+        least once) until the cap holds; schedule another sweep for newer ones if it still does not."""
+        self.sweep = None
+        self.settled = max(self.settled, cutoff)
+        while len(self.open) > self.max_connections and self.waiting:
+            oldest, number = next(iter(self.waiting.items()))
+            if number > cutoff:
+                break
+            self._evict(oldest)
+        if len(self.open) > self.max_connections and self.waiting:
+            self._schedule_sweep()
 
     def headers_done(self, conn: GuardedProtocol) -> None:
         self.waiting.pop(conn, None)

@@ -1,15 +1,17 @@
 """The connection guard (switchboard.conn) on a real loopback server, with a trivial inner protocol:
-the cap evicts the oldest connection that has not finished its headers, never one that has, and the
-header deadline closes silent and trickling connections."""
+the cap evicts the oldest connection that has not finished its headers, never one that has (nor one
+whose request arrived in the same accept burst as a flood), and the header deadline closes silent and
+trickling connections."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 from collections.abc import AsyncIterator
 
-from switchboard.conn import guarded_protocol
+from switchboard.conn import HARD_FACTOR, guarded_protocol
 
 
 class Answer(asyncio.Protocol):
@@ -89,3 +91,43 @@ async def test_header_deadline_closes_silent_and_trickling_connections() -> None
             await feeder
         silent_w.close()
         trickle_w.close()
+
+
+def burst(port: int, count: int) -> list[socket.socket]:
+    """``count`` connections made without giving the loop a turn: the kernel completes them all, and
+    the server accepts them in one burst."""
+    socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(count)]
+    for sock in socks:
+        sock.setblocking(False)
+    return socks
+
+
+async def test_a_request_in_the_same_accept_burst_as_a_flood_is_served() -> None:
+    cap = 3
+    async with server(max_connections=cap, header_timeout=30) as port:
+        before = burst(port, 1)
+        real = socket.create_connection(("127.0.0.1", port))
+        real.sendall(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+        real.setblocking(False)
+        after = burst(port, cap + 1)  # more than the cap arrive before the server has read `real`
+        real_r, real_w = await asyncio.open_connection(sock=real)
+        assert (await real_r.readuntil(b"ok")).startswith(b"HTTP/1.1 200")
+        streams = [await asyncio.open_connection(sock=s) for s in [*before, *after]]
+        # The cap holds again: of the five silent ones the oldest three are closed, the newest two stay.
+        assert [await closed(r, 1) for r, _ in streams[:3]] == [True] * 3
+        assert [await closed(r, 0.2) for r, _ in streams[3:]] == [False] * 2
+        for _, w in [*streams, (real_r, real_w)]:
+            w.close()
+
+
+async def test_past_twice_the_cap_a_burst_is_refused_and_the_cap_then_holds() -> None:
+    cap = 3
+    async with server(max_connections=cap, header_timeout=30) as port:
+        flood = burst(port, HARD_FACTOR * cap + 2)
+        streams = [await asyncio.open_connection(sock=s) for s in flood]
+        outcome = [await closed(r, 1) for r, _ in streams]
+        # Nothing in the burst had been read yet, so none of it is evicted for the newest two: they are
+        # refused; the sweep then closes the oldest until three are open.
+        assert outcome == [True] * (HARD_FACTOR * cap - cap) + [False] * cap + [True] * 2
+        for _, w in streams:
+            w.close()
