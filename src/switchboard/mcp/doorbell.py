@@ -102,6 +102,7 @@ class Doorbell:
         self._listeners: Counter[str] = Counter()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._heartbeat: asyncio.Task[None] | None = None
+        self._pruning: asyncio.Task[None] | None = None
         # remote: other instances' ready todos ring this instance's sessions too (store/relay.py); after
         # the relay's connection came back, one heartbeat catches up on what it missed meanwhile.
         services.hub.subscribe_batch("doorbell", self.on_transitions, remote=True)
@@ -161,8 +162,15 @@ class Doorbell:
         self._spawn(self.heartbeat_once())
 
     async def heartbeat_once(self) -> int:
-        """Re-ring every live endpoint that still has push-eligible pending todos; returns how many."""
-        await self.prune()
+        """Re-ring every live endpoint that still has push-eligible pending todos; returns how many.
+
+        The liveness probes of :meth:`prune` run beside it, not before it: a ping sent while a session's
+        GET stream is closed (a legacy client between its first request and its GET, or reconnecting)
+        is never answered, and waiting for it held every endpoint's heartbeat for ``PING_TIMEOUT``. A
+        ring that reaches an ended session is dropped by the SDK, so nothing is lost by ringing first.
+        One prune at a time: a beat while the last one still waits starts none."""
+        if self._pruning is None or self._pruning.done():
+            self._pruning = asyncio.create_task(self._guarded(self.prune()), name="doorbell-prune")
         rung = 0
         for endpoint_id in self.live_endpoints():
             if await self.digest(endpoint_id, kind="heartbeat", reason="heartbeat"):
@@ -280,10 +288,10 @@ class Doorbell:
         try:
             yield
         finally:
-            pending = [self._heartbeat, *self._tasks]
+            pending = [t for t in (self._heartbeat, self._pruning) if t is not None] + [*self._tasks]
             for task in pending:
                 task.cancel()
             for task in pending:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            self._heartbeat = None
+            self._heartbeat = self._pruning = None

@@ -260,9 +260,40 @@ async def test_heartbeat_forgets_ended_sessions_and_keeps_silent_ones(
     sessions = doorbell(inst).sessions
     sessions.register(a.id, "ended", _Ended())  # type: ignore[arg-type]
     sessions.register(b.id, "silent", _Silent())  # type: ignore[arg-type]
-    await doorbell(inst).heartbeat_once()
+    await doorbell(inst).prune()
     assert not doorbell(inst).live(a.id)
     assert doorbell(inst).live(b.id)
+
+
+class _NoStreamYet:
+    """A legacy session between its first request and its GET stream: a ping sent now is lost (the SDK
+    drops what it sends while the stream is closed), so it is never answered; notifications are kept."""
+
+    def __init__(self) -> None:
+        self.ping_outstanding = False
+        self.reasons: list[str] = []
+
+    async def send_ping(self) -> None:
+        self.ping_outstanding = True
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self.ping_outstanding = False
+
+    async def send_notification(self, note: Any) -> None:
+        self.reasons.append(note.params.meta[META_KEY]["reason"])
+
+
+async def test_a_ping_that_is_never_answered_does_not_hold_the_heartbeat(inst: Instance) -> None:
+    a = await vend(inst, "agent-a")
+    session = _NoStreamYet()
+    doorbell(inst).sessions.register(a.id, "no-stream-yet", session)  # type: ignore[arg-type]
+    await add_todo(inst, a, "waiting")
+    assert await doorbell(inst).heartbeat_once() == 1
+    # It rang while the probe of the stream-less session was still waiting for its answer (the
+    # probe's PING_TIMEOUT is 10 s; waiting for it first held every endpoint's heartbeat that long).
+    assert "heartbeat" in session.reasons and session.ping_outstanding
+    assert doorbell(inst).live(a.id)
 
 
 # -- bursts: one endpoint read per batch, one ring per todo (issue 18) -------------------------------------
