@@ -161,6 +161,7 @@ class ServerProcess:
     env: Mapping[str, str]
     name: str = "sb"
     port: int = 0
+    wrapper: Sequence[str] = ()  # a command that execs the server (``prlimit ...``): same pid
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
     starts: int = field(default=0, init=False)
     log_path: Path = field(init=False)
@@ -195,6 +196,7 @@ class ServerProcess:
             log.flush()
             self.proc = subprocess.Popen(
                 [
+                    *self.wrapper,
                     *switchboard_command(),
                     "serve",
                     "--listen",

@@ -10,7 +10,7 @@ import sys
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from switchboard import ops, preflight
+from switchboard import fdlimit, ops, preflight
 from switchboard.cli.base import (
     EXIT_FAILED,
     EXIT_SERVE,
@@ -42,6 +42,7 @@ def serve(settings: Settings) -> int:
         print(f"error: {scrub(exc.message)}", file=sys.stderr)
         return EXIT_SERVE
     configure_logging(settings.log_level, settings.log_format)
+    _raise_fd_limit(settings)
     # Our one startup line (below) replaces uvicorn's own chatter; its warnings and errors still show.
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
     if warning := shares_key_warning(settings):
@@ -123,6 +124,19 @@ def uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
         proxy_headers=bool(forwarded),
         forwarded_allow_ips=forwarded or None,
     )
+
+
+def _raise_fd_limit(settings: Settings) -> None:
+    """Make room for the connection cap before anything opens a socket (switchboard/fdlimit.py)."""
+    limit = fdlimit.raise_soft_limit(fdlimit.needed_for(settings.max_connections))
+    if limit.short:
+        log.warning(
+            "the open-file limit is below what SWITCHBOARD_MAX_CONNECTIONS needs: raise the hard limit "
+            "(LimitNOFILE= in a systemd unit, ulimit -Hn) or lower the cap",
+            limit=limit.after,
+            needed=limit.needed,
+            max_connections=settings.max_connections,
+        )
 
 
 def _preflight(settings: Settings) -> None:
