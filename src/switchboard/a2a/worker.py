@@ -30,6 +30,7 @@ from switchboard.notify.deliveries import DeliveryBuffer, DeliveryLog
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
 from switchboard.push import Sender, Validator
+from switchboard.tasks import cancel_and_wait
 
 log = get_logger("switchboard.a2a.push")
 
@@ -82,11 +83,8 @@ class DeliveryWorker:
     async def stop(self) -> None:
         """Stop claiming; let attempts in flight finish (each is bounded by the Sender's timeout), then
         cancel the rest, which hand their rows back for the next instance or restart."""
-        if self._loop is not None:
-            self._loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop
-            self._loop = None
+        await cancel_and_wait(self._loop)
+        self._loop = None
         if self._inflight:
             _, late = await asyncio.wait(set(self._inflight), timeout=self.policy.drain_timeout)
             for task in late:

@@ -42,6 +42,7 @@ from switchboard.services import Services
 from switchboard.store.accounts import Endpoint
 from switchboard.store.presence import PresenceReturn
 from switchboard.store.transitions import Transition
+from switchboard.tasks import cancel_and_wait
 from switchboard.text import summary
 
 log = get_logger("switchboard.mcp.doorbell")
@@ -288,10 +289,5 @@ class Doorbell:
         try:
             yield
         finally:
-            pending = [t for t in (self._heartbeat, self._pruning) if t is not None] + [*self._tasks]
-            for task in pending:
-                task.cancel()
-            for task in pending:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancel_and_wait(self._heartbeat, self._pruning, *self._tasks)
             self._heartbeat = self._pruning = None

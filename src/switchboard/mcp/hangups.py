@@ -21,6 +21,8 @@ from contextvars import ContextVar
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from switchboard.tasks import cancel_and_wait
+
 HANGUP_KEY = "switchboard.hangup"
 
 _gone: ContextVar[Hangup | None] = ContextVar("switchboard_mcp_hangup", default=None)
@@ -89,10 +91,7 @@ class Hangup:
             self.gone.set()
 
     async def close(self) -> None:
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
+        await cancel_and_wait(self._watcher)
 
 
 class Hangups:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
@@ -19,6 +18,7 @@ from switchboard.notify.process import WORKER_COMMAND, RemoteDispatcher
 from switchboard.notify.service import hook_service
 from switchboard.obs.logs import get_logger
 from switchboard.services import Services
+from switchboard.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from switchboard.mcp.tools import ToolRegistrar
@@ -76,9 +76,7 @@ class NotifyComponent:
         try:
             yield
         finally:
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+            await cancel_and_wait(sweeper)
             await self.dispatcher.stop()
 
     async def _destroy_expired_secrets(self) -> None:

@@ -23,6 +23,7 @@ from switchboard.notify.notification import Notification
 from switchboard.notify.outcomes import Outcomes
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
+from switchboard.tasks import cancel_and_wait
 
 log = get_logger("switchboard.notify")
 
@@ -84,11 +85,7 @@ class WorkerPool:
             async with asyncio.timeout(drain_timeout):
                 await self.queue.join()
         self._stopping = True
-        for task in self._workers:
-            task.cancel()
-        for task in self._workers:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._workers)
         self._workers = []
         abandoned = [*self._in_hand.values()]
         self._in_hand.clear()

@@ -28,6 +28,7 @@ MATCH_SQL = (
     " ORDER BY h.endpoint_id, h.id"
 )
 
+
 class SendableRow(NamedTuple):
     id: str
     url_enc: bytes

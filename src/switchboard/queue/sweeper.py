@@ -10,6 +10,7 @@ import random
 from switchboard.obs.logs import get_logger
 from switchboard.store.errors import StoreUnavailable
 from switchboard.store.todos import TodoStore
+from switchboard.tasks import cancel_and_wait
 
 log = get_logger("switchboard.sweeper")
 
@@ -37,11 +38,8 @@ class Sweeper:
         self._wake.set()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         while True:

@@ -41,6 +41,7 @@ from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
 from switchboard.store.changes import ENDPOINTS_CHANNEL, EVERY_ENDPOINT, EndpointChanges
 from switchboard.store.transitions import Transition, TransitionHub
+from switchboard.tasks import cancel_and_wait
 from switchboard.text import summary
 
 log = get_logger("switchboard.relay")
@@ -189,9 +190,7 @@ class ClusterRelay:
         try:
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
             await self._engine.dispose()
 
     async def _loop(self) -> None:

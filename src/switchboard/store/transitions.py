@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Children, Metrics
+from switchboard.tasks import cancel_and_wait
 
 log = get_logger("switchboard.transitions")
 
@@ -243,14 +244,9 @@ class TransitionHub:
             async with asyncio.timeout(timeout):
                 for sub in self._subs:
                     await sub.queue.join()
+        await cancel_and_wait(*(sub.task for sub in self._subs))
         for sub in self._subs:
-            if sub.task is not None:
-                sub.task.cancel()
-        for sub in self._subs:
-            if sub.task is not None:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await sub.task
-                sub.task = None
+            sub.task = None
 
     async def idle(self) -> None:
         """Wait until every subscriber has handled everything published so far (tests await this)."""

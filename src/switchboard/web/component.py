@@ -8,7 +8,6 @@ access-token lookup are on ``services`` (``oauth_provider``, ``token_lookups``) 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -23,6 +22,7 @@ from switchboard.ratelimit import WindowLimiter
 from switchboard.services import Services
 from switchboard.settings import Settings
 from switchboard.store.console import BACKLOG_BUCKET_SECONDS
+from switchboard.tasks import cancel_and_wait
 from switchboard.web.keys import Keys, derive_key
 from switchboard.web.oauth import OAuthProvider
 from switchboard.web.oauth_store import OAuthStore
@@ -152,10 +152,7 @@ class WebComponent:
         try:
             yield
         finally:
-            for task in (sweeper, sampler):
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancel_and_wait(sweeper, sampler)
 
     async def _sample_backlog(self) -> None:
         """One backlog sample per bucket for the queues page's sparkline (the first at start)."""
