@@ -68,11 +68,13 @@ async def test_two_instances_on_postgresql_drain_one_outbox_once(tmp_path: Path,
     ca = trustme.CA()
     resolver = StaticResolver({"hooks.test": ["127.0.0.1"]})
     clock = ManualClock()
+    # The per-address burst holds all 36 pushes: the clock stands still here, so a push one instance
+    # deferred past its burst (20 by default) would wait for ever. When one instance did more than 20 of
+    # the 36 (the suite's load decides the split), one task's last two pushes never went.
+    limits = {"a2a_push_workers": 2, "a2a_push_host_burst": 64}
     async with (
         HTTPSReceiver(ca=ca, cert_hostnames=("hooks.test",)) as receiver,
-        a2a_env(
-            tmp_path / "a", database_url=pg_url, ca=ca, resolver=resolver, clock=clock, a2a_push_workers=2
-        ) as one,
+        a2a_env(tmp_path / "a", database_url=pg_url, ca=ca, resolver=resolver, clock=clock, **limits) as one,
         a2a_env(
             tmp_path / "b",
             database_url=pg_url,
@@ -80,7 +82,7 @@ async def test_two_instances_on_postgresql_drain_one_outbox_once(tmp_path: Path,
             resolver=resolver,
             clock=clock,
             human_id=one.human_id,
-            a2a_push_workers=2,
+            **limits,
         ) as two,
     ):
         _, token = await one.endpoint("client")
@@ -103,7 +105,8 @@ async def test_two_instances_on_postgresql_drain_one_outbox_once(tmp_path: Path,
             await asyncio.gather(one.settle(), two.settle())
             if set(sent()) == expected:
                 break
-        assert set(sent()) == expected
+        deferred = [env.metric("switchboard_a2a_push_deferred_total") for env in (one, two)]
+        assert set(sent()) == expected, f"deferred by the rate limit: {deferred}"
         sent_pairs = sent()
         assert [pair for pair, n in Counter(sent_pairs).items() if n > 1] == []  # none sent twice
         for t in tasks:
