@@ -91,7 +91,8 @@ class Hangup:
             self.gone.set()
 
     async def close(self) -> None:
-        await cancel_and_wait(self._watcher)
+        if self._watcher is not None:  # every POST passes here; most never started a watch
+            await cancel_and_wait(self._watcher)
 
 
 class Hangups:
