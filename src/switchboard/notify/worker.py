@@ -25,6 +25,7 @@ from switchboard.obs import configure_logging
 from switchboard.obs.logs import get_logger
 from switchboard.services import build_services
 from switchboard.settings import Settings
+from switchboard.tasks import cancel_and_wait
 
 log = get_logger("switchboard.notify")
 
@@ -145,9 +146,7 @@ async def run(
                 log.error("notify worker could not handle a message", stage="match", exc_info=True)
     finally:
         preparing.cancel()
-        relaying.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await relaying
+        await cancel_and_wait(relaying)
         await dispatcher.stop()
         relay()
         await services.close()
