@@ -46,7 +46,15 @@ EARLIER = (
 
 
 # Revisions that only inspect and add what is missing: a database stamped back below one upgrades again.
-IDEMPOTENT = ("todo_state_indexes", "endpoint_epoch", "rate_buckets", "rate_windows", "repair", "a2a_input")
+IDEMPOTENT = (
+    "todo_leases",
+    "todo_state_indexes",
+    "endpoint_epoch",
+    "rate_buckets",
+    "rate_windows",
+    "repair",
+    "a2a_input",
+)
 
 
 def head() -> str:

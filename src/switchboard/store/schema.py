@@ -40,6 +40,8 @@ PENDING_PREDICATE = text("status = 'pending'")  # ix_todos_claim_pending; the cl
 NOT_PENDING_PREDICATE = text("status <> 'pending'")
 CLAIMED_PREDICATE = text("status = 'claimed'")  # the lease sweep's index
 FAILED_PREDICATE = text("status = 'failed'")  # the retry sweep's index
+CLAIM_KEY_PREDICATE = text("claim_key IS NOT NULL AND status = 'claimed'")  # a retried claim's lookup
+TERMINAL_PREDICATE = text("status IN ('done', 'dead', 'canceled')")  # the retention sweep's index
 LIVE_DEDUP_PREDICATE = text("status IN ('pending', 'claimed', 'failed') AND dedup_key IS NOT NULL")
 
 humans = Table(
@@ -123,6 +125,10 @@ todos = Table(
     Column("status", String(10), nullable=False),
     Column("attempt", Integer, nullable=False, server_default="0"),
     Column("lease_expires_at", BigInteger, nullable=True),
+    # The handle of the latest claim (migration todo_leases): holder verbs must name it. Kept after the
+    # claim ends so a late call is told lease_lost or canceled.
+    Column("lease_id", String(40), nullable=True),
+    Column("claim_key", String(100), nullable=True),  # that claim's client request key, if any
     Column("retry_at", BigInteger, nullable=True),
     Column("delivery_id", String(200), nullable=True),
     # (source, delivery, queue, endpoint): redeliveries land on the live todo (unique while live).
@@ -165,6 +171,19 @@ todos = Table(
         "retry_at",
         sqlite_where=FAILED_PREDICATE,
         postgresql_where=FAILED_PREDICATE,
+    ),
+    Index(
+        "ix_todos_claim_key",
+        "endpoint_id",
+        "claim_key",
+        sqlite_where=CLAIM_KEY_PREDICATE,
+        postgresql_where=CLAIM_KEY_PREDICATE,
+    ),
+    Index(
+        "ix_todos_terminal",
+        "updated_at",
+        sqlite_where=TERMINAL_PREDICATE,
+        postgresql_where=TERMINAL_PREDICATE,
     ),
     Index(
         "uq_todos_live_dedup",
