@@ -6,7 +6,7 @@ calls it causes go to push URLs the task's *sender* registered, exactly as ``ack
 No ``from __future__ import annotations``: the SDK reads the argument types from the signature.
 """
 
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from mcp.server import MCPServer
 from mcp_types import ToolAnnotations
@@ -14,6 +14,7 @@ from pydantic import Field
 
 from switchboard.a2a.turns import Turns
 from switchboard.ids import looks_like
+from switchboard.mcp.holding import LeaseHandle, refusal
 from switchboard.mcp.schemas import AskResult
 from switchboard.mcp.tools import (
     ToolContext,
@@ -23,6 +24,7 @@ from switchboard.mcp.tools import (
     not_found,
     todo_view,
 )
+from switchboard.store.leases import Verdict
 from switchboard.text import storable
 
 TodoId = Annotated[str, Field(min_length=1, max_length=64, description="The A2A task's todo id, td_...")]
@@ -40,25 +42,26 @@ def ask_registrar(turns: Turns) -> ToolRegistrar:
     def register(server: MCPServer[Any], tc: ToolContext) -> None:
         todos = tc.services.todos
 
-        async def ask(todo_id: TodoId, question: Question) -> AskResult:
+        async def ask(todo_id: TodoId, lease: LeaseHandle, question: Question) -> AskResult:
             """Ask the sender of an A2A task you hold for input: the task becomes input-required (the
             sender's SendMessage returns, its streams and push configs hear it) with your question as
             its status message. Keep holding the todo (heartbeat); the sender's answer arrives as a
-            follow-up in heartbeat's "followups", and the task is working again. Errors: not_found,
-            conflict (not claimed), invalid_argument (not an A2A task)."""
+            follow-up in heartbeat's "followups", and the task is working again. lease: your claim's
+            handle. Errors: not_found, lease_lost (your claim ended), canceled, invalid_argument (not
+            an A2A task)."""
             endpoint = current_endpoint()
             if not looks_like("td", todo_id):
                 raise not_found()
-            outcome, message_id = await turns.ask(endpoint.id, todo_id, storable(question))
+            outcome, message_id = await turns.ask(endpoint.id, todo_id, lease, storable(question))
             if outcome == "missing":
                 raise not_found()
             if outcome == "not_a2a":
                 raise VerbError("invalid_argument", "the todo is not an A2A task: it has no sender to ask")
+            if outcome != "asked":
+                raise refusal(cast(Verdict, outcome))
             row = await todos.get(endpoint.id, todo_id)
             if row is None:
                 raise not_found()
-            if outcome == "not_claimed":
-                raise VerbError("conflict", f"the todo is {row.status}, not claimed")
             return {
                 "todo": todo_view(row, payload=False),
                 "task_state": "TASK_STATE_INPUT_REQUIRED",

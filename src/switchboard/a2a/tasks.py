@@ -23,6 +23,7 @@ from switchboard.a2a.config_types import ConfigInput
 from switchboard.a2a.views import TaskRecord
 from switchboard.store import todo_queries
 from switchboard.store.db import Database
+from switchboard.store.leases import Holding, verdict
 from switchboard.store.schema import todos
 from switchboard.store.schema_a2a import a2a_task_events, a2a_tasks
 from switchboard.store.transitions import Transition
@@ -261,17 +262,21 @@ class TaskStore:
         self,
         worker_endpoint_id: str,
         task_id: str,
+        lease: str,
         message: dict[str, Any],
         now_ms: int,
         on_asked: Callable[[AsyncConnection], Awaitable[None]],
     ) -> str:
-        """The worker holding the task asks its sender for input: the message joins the history (and
-        the payload's ``followups``) and the task is input-required until the sender answers.
-        ``on_asked`` runs in the same transaction (turns.py). Returns "asked", "not_claimed" (the
-        worker's todo, but not held), "not_a2a" (the worker's todo, not a task) or "missing"."""
+        """The worker holding the task under ``lease`` (its claim's handle) asks its sender for input:
+        the message joins the history (and the payload's ``followups``) and the task is input-required
+        until the sender answers. ``on_asked`` runs in the same transaction (turns.py). Returns
+        "asked", "not_a2a" (the worker's todo, not a task), "missing", or why the caller does not hold
+        it (:func:`switchboard.store.leases.verdict`: "lease_lost", "canceled", "done")."""
         lock = (
             select(
                 todos.c.status,
+                todos.c.lease_id,
+                todos.c.lease_expires_at,
                 todos.c.payload,
                 a2a_tasks.c.todo_id,
                 a2a_tasks.c.followups,
@@ -285,10 +290,12 @@ class TaskStore:
             row = (await conn.execute(lock)).first()
             if row is None:
                 return "missing"
+            # The lease first: a call from an ended claim is lease_lost whatever the todo is.
+            why = verdict(Holding(row.status, row.lease_id, row.lease_expires_at), lease, now_ms)
+            if why != "held":
+                return why
             if row.todo_id is None:
                 return "not_a2a"
-            if row.status != "claimed":
-                return "not_claimed"
             later: list[dict[str, Any]] = json.loads(row.followups) if row.followups else []
             later.append({**message, "contextId": row.context_id, "taskId": task_id})
             payload = json.loads(row.payload)

@@ -43,8 +43,8 @@ class Turns:
         self.clock = clock
         self.wake = wake  # the delivery worker's, where push is enabled
 
-    async def ask(self, worker_endpoint_id: str, task_id: str, question: str) -> tuple[str, str]:
-        """The worker holding ``task_id`` asks its sender: (outcome, the question's messageId); see
+    async def ask(self, worker_endpoint_id: str, task_id: str, lease: str, question: str) -> tuple[str, str]:
+        """The worker holding ``task_id`` under ``lease`` asks its sender: (outcome, the question's messageId); see
         :meth:`TaskStore.ask` for the outcomes."""
         message: dict[str, Any] = {
             "messageId": f"ask-{uuid.uuid4().hex}",
@@ -53,7 +53,7 @@ class Turns:
         }
         at = self.clock.now()
         outcome = await self.tasks.ask(
-            worker_endpoint_id, task_id, message, ms(at), self._emit(task_id, "input_required", at)
+            worker_endpoint_id, task_id, lease, message, ms(at), self._emit(task_id, "input_required", at)
         )
         if outcome == "asked":
             self.committed(task_id)

@@ -19,14 +19,17 @@ from mcp_types import ToolAnnotations
 from pydantic import Field
 from typing_extensions import TypedDict
 
+from switchboard.clock import ms
 from switchboard.ids import looks_like
-from switchboard.mcp.errors import TODO_NOT_FOUND
+from switchboard.mcp.errors import TODO_NOT_FOUND, ErrorCode
 from switchboard.mcp.hangups import client_gone
+from switchboard.mcp.holding import LeaseHandle, RequestKey, refusal
 from switchboard.mcp.schemas import AckManyResult, AckOutcome, AnyJson, Todo, TodoBatch
 from switchboard.mcp.tools import ToolContext, VerbError, current_endpoint, require_queues, todo_view
 from switchboard.queue.waiters import MAX_WAIT_SECONDS, ClaimWaiters
 from switchboard.services import Services
 from switchboard.store.accounts import Endpoint
+from switchboard.store.leases import verdict
 from switchboard.store.todo_claims import MAX_BATCH
 from switchboard.store.todos import MAX_RESULT_DEPTH, TodoStore
 from switchboard.text import MAX_JSON_DEPTH, Unstorable, admit
@@ -69,7 +72,7 @@ class Answer:
     def __call__(self, row: Any) -> None:
         self.todo_id = row.id
         try:
-            view = todo_view(row)
+            view = todo_view(row, lease=True)
         except ValueError as exc:  # a stored payload that does not parse back
             raise Unstorable("the stored payload does not parse") from exc
         admit(view, max_depth=MAX_JSON_DEPTH + 2)  # raises Unstorable: the claim rolls back
@@ -106,21 +109,31 @@ class Claimer:
         return require_queues(endpoint, queues) if queues is not None else list(endpoint.queues)
 
     async def claim(
-        self, endpoint: Endpoint, wanted: list[str], lease: float, limit: int, wait_seconds: float
+        self,
+        endpoint: Endpoint,
+        wanted: list[str],
+        lease: float,
+        limit: int,
+        wait_seconds: float,
+        request_key: str | None = None,
     ) -> list[Todo]:
         async def once() -> list[Todo]:
-            return await self._claim_once(endpoint.id, wanted, lease, limit)
+            return await self._claim_once(endpoint.id, wanted, lease, limit, request_key)
 
         views = await self.waiters.claim_or_wait(endpoint.id, wanted, wait_seconds, once, client_gone)
         (self._claimed if views else self._empty).inc()
         return views
 
-    async def _claim_once(self, endpoint_id: str, wanted: list[str], lease: float, limit: int) -> list[Todo]:
+    async def _claim_once(
+        self, endpoint_id: str, wanted: list[str], lease: float, limit: int, request_key: str | None
+    ) -> list[Todo]:
         todos = self.services.todos
         for _ in range(MAX_BURIED_PER_CLAIM):
             answer = Answer()
             try:
-                await todos.claim_many(endpoint_id, wanted, lease, limit, answer=answer)
+                await todos.claim_many(
+                    endpoint_id, wanted, lease, limit, answer=answer, request_key=request_key
+                )
             except Unstorable:
                 # The claim rolled back; the todo would head the queue for ever: bury it and go on.
                 await todos.bury(endpoint_id, answer.todo_id, UNANSWERABLE)
@@ -131,51 +144,52 @@ class Claimer:
 
 class AckItem(TypedDict):
     todo_id: Annotated[str, Field(min_length=1, max_length=64, description="A todo id, td_...")]
+    lease: LeaseHandle
     result: NotRequired[Annotated[AnyJson, Field(description="Any JSON value, at most 64 KiB serialized.")]]
 
 
 async def acknowledge(todos: TodoStore, endpoint_id: str, acks: Sequence[AckItem]) -> list[AckOutcome]:
     """Ack each item (one statement for all of them) and say, per item in order, whether it moved and
-    why not: ``ack_many``'s answer, and ``claim_next``'s ``acked`` when it acks before claiming."""
+    why not: ``ack_many``'s answer, and ``claim_next``'s ``acked`` when it acks before claiming. An item
+    this very claim already acked (a retry whose answer was lost) answers ok again."""
     refused: dict[int, AckOutcome] = {}
-    valid: list[tuple[str, Any]] = []
+    valid: list[tuple[str, str, Any]] = []
     for n, item in enumerate(acks):
         todo_id, result = item["todo_id"], item.get("result")
         problem = None if looks_like("td", todo_id) else TODO_NOT_FOUND
-        code = "not_found"
+        code: ErrorCode = "not_found"
         if problem is None and (problem := result_problem(result)) is not None:
             code = "invalid_argument"
         if problem is not None:
-            refused[n] = {"todo_id": todo_id, "ok": False, "error": {"code": code, "message": problem}}
+            refused[n] = _refused(todo_id, VerbError(code, problem))
         else:
-            valid.append((todo_id, result))
+            valid.append((todo_id, item["lease"], result))
     moved = {row.id for row in await todos.ack_many(endpoint_id, valid)} if valid else set()
     ids = [item["todo_id"] for item in acks]
     reported: set[str] = set()
-    unexplained = [t for t, _ in valid if t not in moved or ids.count(t) > 1]
-    states = await todos.states(endpoint_id, unexplained) if unexplained else {}
+    unexplained = [t for t, _, _ in valid if t not in moved or ids.count(t) > 1]
+    holdings = await todos.holdings(endpoint_id, unexplained) if unexplained else {}
+    now_ms = ms(todos.clock.now())
     outcomes: list[AckOutcome] = []
-    for n, todo_id in enumerate(ids):
+    for n, item in enumerate(acks):
+        todo_id = item["todo_id"]
         if n in refused:
             outcomes.append(refused[n])
         elif todo_id in moved and todo_id not in reported:
             reported.add(todo_id)
             outcomes.append({"todo_id": todo_id, "ok": True})
-        elif (status := states.get(todo_id)) is None:
-            outcomes.append(
-                {
-                    "todo_id": todo_id,
-                    "ok": False,
-                    "error": {"code": "not_found", "message": TODO_NOT_FOUND},
-                }
-            )
         else:
-            late = status == "claimed"  # its lease ran out: the reaper may give it to another
-            message = "the todo's lease has run out" if late else f"the todo is {status}, not claimed"
-            outcomes.append(
-                {"todo_id": todo_id, "ok": False, "error": {"code": "conflict", "message": message}}
-            )
+            found = holdings.get(todo_id)
+            why = verdict(found, item["lease"], now_ms)
+            if why == "done":
+                outcomes.append({"todo_id": todo_id, "ok": True})
+            else:
+                outcomes.append(_refused(todo_id, refusal(why, found.status if found else None)))
     return outcomes
+
+
+def _refused(todo_id: str, error: VerbError) -> AckOutcome:
+    return {"todo_id": todo_id, "ok": False, "error": {"code": error.code, "message": error.message}}
 
 
 def register_batch_verbs(server: MCPServer[Any], tc: ToolContext, claimer: Claimer) -> None:
@@ -194,14 +208,17 @@ def register_batch_verbs(server: MCPServer[Any], tc: ToolContext, claimer: Claim
         queues: Queues = None,
         lease_seconds: Lease = None,
         wait_seconds: WaitSeconds = 0,
+        request_key: RequestKey = None,
     ) -> TodoBatch:
         """Claim up to max_todos of the oldest pending todos on your queues in one call, oldest first,
-        each with its payload and its own lease. {"todos": []} when none is pending. Needs the
+        each with its payload and its own lease handle (todo.lease). {"todos": []} when none is pending.
+        With request_key: the same key again while the leases live answers the same todos. Needs the
         claim_next grant. Errors: invalid_argument (queue outside your scope)."""
         endpoint = current_endpoint()
         wanted = claimer.wanted(endpoint, queues)
         lease = lease_seconds or settings.lease_seconds
-        return {"todos": await claimer.claim(endpoint, wanted, lease, max_todos, wait_seconds)}
+        views = await claimer.claim(endpoint, wanted, lease, max_todos, wait_seconds, request_key)
+        return {"todos": views}
 
     async def ack_many(
         acks: Annotated[
@@ -209,10 +226,10 @@ def register_batch_verbs(server: MCPServer[Any], tc: ToolContext, claimer: Claim
             Field(min_length=1, max_length=MAX_BATCH, description=f"1 to {MAX_BATCH} todos you hold."),
         ],
     ) -> AckManyResult:
-        """Mark several todos you hold as done in one call, each with an optional JSON result. Each
+        """Mark several todos you hold as done in one call, each {"todo_id", "lease", "result"?}. Each
         item is answered on its own, in order: {"todo_id", "ok": true} or {"todo_id", "ok": false,
-        "error": {"code", "message"}} (not_found, conflict, invalid_argument); one item's error never
-        fails the others. Needs the ack grant."""
+        "error": {"code", "message"}} (not_found, lease_lost, canceled, invalid_argument); one item's
+        error never fails the others. Needs the ack grant."""
         endpoint = current_endpoint()
         return {"results": await acknowledge(todos, endpoint.id, acks)}
 

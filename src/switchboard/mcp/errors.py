@@ -25,6 +25,8 @@ ErrorCode = Literal[
     "rate_limited",
     "unavailable",
     "conflict",
+    "lease_lost",  # a holder verb from a claim that has ended (store/leases.py)
+    "canceled",  # a holder verb on a todo canceled under its claim: stop working on it
     "ceiling_exceeded",  # SPEC-0024 REQ-1: an endpoint's notify-hook ceiling
     "internal",
 ]

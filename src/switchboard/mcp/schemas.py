@@ -37,6 +37,7 @@ class Todo(TypedDict):
     lease_expires_at: str | None
     retry_at: str | None
     created_at: str | None
+    lease: NotRequired[str]  # claim and heartbeat answers: the claim's handle, for every holder verb
     payload: NotRequired[AnyJson]
     result: NotRequired[AnyJson]
     last_error: NotRequired[str]

@@ -134,8 +134,9 @@ def _shown(text: str | None) -> str | None:
     return None if text is None else neutralize(text)
 
 
-def todo_view(row: Any, *, payload: bool = True) -> Todo:
-    """A todo as verbs return it. ``payload=False`` for listings, which stay small.
+def todo_view(row: Any, *, payload: bool = True, lease: bool = False) -> Todo:
+    """A todo as verbs return it. ``payload=False`` for listings, which stay small; ``lease`` for the
+    answers that hand the claim's handle to its holder (claims, heartbeat), never for listings.
 
     Title, kind and source are shown to an agent, so they go through the doorbell's
     :func:`~switchboard.text.neutralize` (no bidi override or control character reorders or hides text);
@@ -152,6 +153,8 @@ def todo_view(row: Any, *, payload: bool = True) -> Todo:
         "retry_at": iso(row.retry_at),
         "created_at": iso(row.created_at),
     }
+    if lease and row.lease_id is not None:
+        view["lease"] = row.lease_id
     if payload:
         view["payload"] = _json(row.payload)
     if row.result is not None:

@@ -40,6 +40,7 @@ from sqlalchemy import select
 from switchboard.clock import Clock, ms
 from switchboard.ids import new_id
 from switchboard.store.db import Database
+from switchboard.store.leases import LEASE_SQL_PG, LEASE_SQL_SQLITE, Holding
 from switchboard.store.schema import todos
 from switchboard.store.sqlite_writer import Declined
 from switchboard.store.todo_moves import transition_of
@@ -73,6 +74,7 @@ class Moved(NamedTuple):
     result: str | None
     last_error: str | None
     created_at: int
+    lease_id: str | None  # the claim's handle (store/leases.py): holder verbs must name it
 
 
 # Called on each moved row inside the transaction that moves it: raising rolls the move back. On SQLite
@@ -92,7 +94,7 @@ _EVENT_COLUMNS = "id, todo_id, transition, reason, attempt, lease_expires_at, ac
 
 
 # asyncpg's positional parameters: $1 endpoint_id, $2 queues, $3 limit, $4 lease, $5 now, $6 instance_id,
-# $7 event_ids. The UPDATE joins ``picked`` on the primary key and tests nothing else: ``picked`` locked
+# $7 event_ids, $8 the request key (or NULL); alone, $9 the held sources. The UPDATE joins ``picked`` on the primary key and tests nothing else: ``picked`` locked
 # the rows and re-checked ``status = 'pending'`` on their newest version, so nothing can move them
 # before it, and a status test there let the planner drive the join from a scan of every pending row
 # (a queue table's statistics usually say nothing is pending; migration todo_state_indexes, and
@@ -106,8 +108,8 @@ _ALONE_SELECT = (
 
 def _claim_pg(*, alone: bool) -> str:
     """The claim. ``alone`` (one todo, as the ack's): its own transaction; it moves nothing if the
-    picked todo comes from a source in ``$8``, and its first column counts those."""
-    held = "), held AS (SELECT count(*) AS n FROM picked WHERE picked.source = ANY(CAST($8 AS varchar[]))"
+    picked todo comes from a source in ``$9``, and its first column counts those."""
+    held = "), held AS (SELECT count(*) AS n FROM picked WHERE picked.source = ANY(CAST($9 AS varchar[]))"
     return f"""
 WITH picked AS (
     SELECT id, source FROM todos
@@ -117,7 +119,7 @@ WITH picked AS (
     FOR UPDATE SKIP LOCKED
 {held if alone else ""}), moved AS (
     UPDATE todos SET status = 'claimed', attempt = todos.attempt + 1, lease_expires_at = $4,
-        retry_at = NULL, updated_at = $5
+        retry_at = NULL, updated_at = $5, lease_id = {LEASE_SQL_PG}, claim_key = CAST($8 AS varchar)
     FROM picked
     WHERE todos.id = picked.id{" AND (SELECT n FROM held) = 0" if alone else ""}
     RETURNING {_select_list("todos")}
@@ -149,26 +151,27 @@ WHERE todo_events.todo_id = undone.id AND todo_events.transition = 'claimed' AND
 """
 
 
-# $1 endpoint_id, $2 ids, $3 results, $4 event_ids, $5 now, $6 instance_id; alone, $7 held sources.
+# $1 endpoint_id, $2 ids, $3 results, $4 event_ids, $5 now, $6 instance_id, $7 leases; alone, $8 held
+# sources. A todo moves only under the lease its caller names (store/leases.py).
 def _ack_pg(*, alone: bool) -> str:
     """The ack. ``alone``: a statement that is its own transaction, for todos no in-transaction handler
-    acts on: it moves nothing if one of them comes from a source in ``$7``
+    acts on: it moves nothing if one of them comes from a source in ``$8``
     (``TransitionHub.transaction_sources``) and its first column counts those (the ack is then made
     again in a transaction); its other columns are NULL when nothing moved."""
     held = """
 ), held AS (
     SELECT count(*) AS n FROM todos
     WHERE todos.endpoint_id = $1 AND todos.status = 'claimed' AND todos.id = ANY(CAST($2 AS varchar[]))
-        AND todos.source = ANY(CAST($7 AS varchar[]))"""
+        AND todos.source = ANY(CAST($8 AS varchar[]))"""
     return f"""
 WITH given AS (
-    SELECT * FROM unnest(CAST($2 AS varchar[]), CAST($3 AS text[]), CAST($4 AS varchar[]))
-        AS g(id, result, event_id){held if alone else ""}
+    SELECT * FROM unnest(CAST($2 AS varchar[]), CAST($3 AS text[]), CAST($4 AS varchar[]),
+        CAST($7 AS varchar[])) AS g(id, result, event_id, lease){held if alone else ""}
 ), moved AS (
     UPDATE todos SET status = 'done', lease_expires_at = NULL, result = given.result, updated_at = $5
     FROM given
     WHERE todos.id = ANY(CAST($2 AS varchar[])) AND todos.id = given.id AND todos.endpoint_id = $1
-        AND todos.status = 'claimed' AND todos.lease_expires_at >= $5{" AND (SELECT n FROM held) = 0" if alone else ""}
+        AND todos.status = 'claimed' AND todos.lease_expires_at >= $5 AND todos.lease_id = given.lease{" AND (SELECT n FROM held) = 0" if alone else ""}
     RETURNING {_select_list("todos", payload=False)}, given.event_id
 ), events AS (
     INSERT INTO todo_events ({_EVENT_COLUMNS})
@@ -183,11 +186,23 @@ WITH given AS (
 _ACK_PG = _ack_pg(alone=False)
 _ACK_ALONE_PG = _ack_pg(alone=True)
 
+# A retried claim (the same request key): the todos the first one claimed, while their lease lives.
+# $1 endpoint_id, $2 the key, $3 now. Over ix_todos_claim_key (claimed rows with a key only).
+_REPLAY_PG = f"""
+SELECT {", ".join(_COLUMNS)} FROM todos
+WHERE endpoint_id = $1 AND claim_key = $2 AND claim_key IS NOT NULL AND status = 'claimed'
+    AND lease_expires_at >= $3
+ORDER BY created_at, id
+"""
+# Claims with one request key take turns across instances (the replay read, then the claim, in one
+# transaction under this lock): a retry never claims beside the first attempt.
+_KEY_LOCK_PG = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
+
 # -- SQLite (driver SQL, named parameters) ---------------------------------------------------------
 
 _CLAIM_SQLITE = f"""
 UPDATE todos SET status = 'claimed', attempt = attempt + 1, lease_expires_at = :lease, retry_at = NULL,
-    updated_at = :now
+    updated_at = :now, lease_id = {LEASE_SQL_SQLITE}, claim_key = :claim_key
 WHERE status = 'pending' AND id IN (
     SELECT id FROM todos
     WHERE endpoint_id = :endpoint_id AND status = 'pending' AND queue IN (SELECT value FROM json_each(:queues))
@@ -200,11 +215,20 @@ RETURNING {", ".join(_COLUMNS)}
 _ACK_SQLITE = f"""
 UPDATE todos SET status = 'done', lease_expires_at = NULL, result = given.result, updated_at = :now
 FROM (
-    SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS result FROM json_each(:given)
+    SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS result,
+        json_extract(value, '$[2]') AS lease
+    FROM json_each(:given)
 ) AS given
 WHERE todos.id = given.id AND todos.endpoint_id = :endpoint_id AND todos.status = 'claimed'
-    AND todos.lease_expires_at >= :now
+    AND todos.lease_expires_at >= :now AND todos.lease_id = given.lease
 RETURNING {_select_list("todos", payload=False)}
+"""
+
+_REPLAY_SQLITE = f"""
+SELECT {", ".join(_COLUMNS)} FROM todos
+WHERE endpoint_id = :endpoint_id AND claim_key = :claim_key AND claim_key IS NOT NULL
+    AND status = 'claimed' AND lease_expires_at >= :now
+ORDER BY created_at, id
 """
 
 # The timeline rows of a batch of moves (or of a delivery's creates), as one SQLite statement.
@@ -239,6 +263,10 @@ def _order(rows: list[Moved]) -> list[Moved]:
     return sorted(rows, key=lambda r: (r.created_at, r.id))
 
 
+def _replay_params(claim: dict[str, Any]) -> dict[str, Any]:
+    return {"endpoint_id": claim["endpoint_id"], "claim_key": claim["claim_key"], "now": claim["now"]}
+
+
 class TodoClaims:
     """``claim_many`` and ``ack_many`` for :class:`switchboard.store.todos.TodoStore`, which sets these
     fields; ``claim_next`` and ``ack`` are the batches of one."""
@@ -255,9 +283,12 @@ class TodoClaims:
         limit: int,
         *,
         answer: Answer | None = None,
+        request_key: str | None = None,
     ) -> list[Moved]:
         """Claim up to ``limit`` of the endpoint's oldest pending todos on ``queues``, oldest first.
-        ``answer`` sees each row before the commit; if it raises, nothing is claimed."""
+        ``answer`` sees each row before the commit; if it raises, nothing is claimed. With a
+        ``request_key`` that a claim of this endpoint already used, the todos that claim took, while
+        their lease lives, are answered again and nothing more is claimed (a retried call)."""
         if not queues or limit < 1:
             return []
         now = self.clock.now()
@@ -269,8 +300,11 @@ class TodoClaims:
                 "limit": min(limit, MAX_BATCH),
                 "lease": lease,
                 "now": now_ms,
+                "claim_key": request_key,
             }
-            rows, transitions = await self._sqlite_move(_CLAIM_SQLITE, params, "claimed", lease, now, answer)
+            rows, transitions = await self._sqlite_move(
+                _CLAIM_SQLITE, params, "claimed", lease, now, answer, replay=request_key is not None
+            )
         else:
             args = (
                 endpoint_id,
@@ -280,21 +314,23 @@ class TodoClaims:
                 now_ms,
                 self._instance(),
                 [new_id("te") for _ in range(min(limit, MAX_BATCH))],
+                request_key,
             )
-            rows, transitions = await self._pg_claim(args, now, answer)
+            rows, transitions = await self._pg_claim(args, now, answer, request_key)
         self.hub.publish(transitions)
         return rows
 
-    async def ack_many(self, endpoint_id: str, acks: Sequence[tuple[str, Any]]) -> list[Moved]:
-        """Mark held todos done, each with its result, in one statement; the rows that moved (a todo not
-        held by this endpoint, or whose lease ran out, is left alone and not returned). The first of
-        repeated ids counts. Raises :class:`switchboard.text.Unstorable` (nothing written) for a result
-        no reader could parse back: lone surrogates, NaN, nesting past :data:`MAX_RESULT_DEPTH`."""
-        given: dict[str, str | None] = {}
-        for todo, result in acks:
+    async def ack_many(self, endpoint_id: str, acks: Sequence[tuple[str, str, Any]]) -> list[Moved]:
+        """Mark held todos done, each ``(id, lease, result)``, in one statement; the rows that moved (a
+        todo not held by this endpoint under that lease, or whose lease ran out, is left alone and not
+        returned). The first of repeated ids counts. Raises :class:`switchboard.text.Unstorable`
+        (nothing written) for a result no reader could parse back: lone surrogates, NaN, nesting past
+        :data:`MAX_RESULT_DEPTH`."""
+        given: dict[str, tuple[str, str | None]] = {}
+        for todo, lease_id, result in acks:
             admit(result, max_depth=MAX_RESULT_DEPTH)
             if todo not in given:
-                given[todo] = None if result is None else json.dumps(result, allow_nan=False)
+                given[todo] = (lease_id, None if result is None else json.dumps(result, allow_nan=False))
         if not given:
             return []
         now = self.clock.now()
@@ -303,7 +339,7 @@ class TodoClaims:
         if self.db.is_sqlite:
             params: dict[str, Any] = {
                 "endpoint_id": endpoint_id,
-                "given": json.dumps([[t, given[t]] for t in ordered]),
+                "given": json.dumps([[t, given[t][1], given[t][0]] for t in ordered]),
                 "now": now_ms,
             }
             rows, transitions = await self._sqlite_move(_ACK_SQLITE, params, "done", None, now, None)
@@ -311,21 +347,25 @@ class TodoClaims:
             args = (
                 endpoint_id,
                 ordered,
-                [given[t] for t in ordered],
+                [given[t][1] for t in ordered],
                 [new_id("te") for _ in ordered],
                 now_ms,
                 self._instance(),
+                [given[t][0] for t in ordered],
             )
             rows, transitions = await self._pg_ack(args, now)
         self.hub.publish(transitions)
         return rows
 
     async def _pg_claim(
-        self, args: tuple[Any, ...], now: float, answer: Answer | None
+        self, args: tuple[Any, ...], now: float, answer: Answer | None, key: str | None
     ) -> tuple[list[Moved], list[Transition]]:
         """A claim on PostgreSQL. One todo is claimed by the statement alone, as an ack is
         (:meth:`_pg_ack`); its answer is built after that commit, and if it cannot be built the claim is
-        undone (``_UNCLAIM_PG``) before the error goes up, as the rollback undoes a batch's."""
+        undone (``_UNCLAIM_PG``) before the error goes up, as the rollback undoes a batch's. A claim
+        with a request key runs in a transaction: the key's lock, the replay read, then the claim."""
+        if key is not None:
+            return await self._pg_move(_CLAIM_PG, args, "claimed", now, answer, key=key)
         if args[2] == 1 and (rows := await self._pg_alone(_CLAIM_ALONE_PG, args, "claimed")) is not None:
             try:
                 self._answer(rows, answer)
@@ -357,19 +397,38 @@ class TodoClaims:
             return None
         return _order([Moved(*r[1:]) for r in result if r[1] is not None])
 
-    async def states(self, endpoint_id: str, ids: Sequence[str]) -> dict[str, str]:
-        """The status of each of ``ids`` that is this endpoint's todo (one read): why an ack did not move it."""
-        stmt = select(todos.c.id, todos.c.status).where(
+    async def holdings(self, endpoint_id: str, ids: Sequence[str]) -> dict[str, Holding]:
+        """Each of ``ids`` that is this endpoint's todo, with its latest claim (one read): why a holder
+        verb did not move it (:func:`switchboard.store.leases.verdict`)."""
+        stmt = select(todos.c.id, todos.c.status, todos.c.lease_id, todos.c.lease_expires_at).where(
             todos.c.endpoint_id == endpoint_id, todos.c.id.in_(list(dict.fromkeys(ids)))
         )
-        return {str(r.id): str(r.status) for r in await self.db.fetch(stmt)}
+        return {
+            str(r.id): Holding(str(r.status), r.lease_id, r.lease_expires_at)
+            for r in await self.db.fetch(stmt)
+        }
 
     async def _pg_move(
-        self, sql: str, args: tuple[Any, ...], transition: str, now: float, answer: Answer | None
+        self,
+        sql: str,
+        args: tuple[Any, ...],
+        transition: str,
+        now: float,
+        answer: Answer | None,
+        *,
+        key: str | None = None,
     ) -> tuple[list[Moved], list[Transition]]:
         """A claim or an ack on PostgreSQL: the statement on asyncpg, in a transaction the hub's
-        in-transaction handlers join (their writes commit or roll back with the move)."""
+        in-transaction handlers join (their writes commit or roll back with the move). With a claim's
+        request ``key``: under the key's lock, the todos a claim with that key holds are the answer, if
+        any, and nothing moves."""
         async with self.db.pg_transaction() as (conn, driver):
+            if key is not None:
+                await driver.execute(_KEY_LOCK_PG, f"{args[0]}|{key}")
+                replayed = _order([Moved(*r) for r in await driver.fetch(_REPLAY_PG, args[0], key, args[4])])
+                if replayed:
+                    self._answer(replayed, answer)
+                    return replayed, []
             rows = _order([Moved(*r) for r in await driver.fetch(sql, *args)])
             transitions = self._transitions(rows, transition, now)
             self._answer(rows, answer)
@@ -385,18 +444,27 @@ class TodoClaims:
         lease: int | None,
         now: float,
         answer: Answer | None,
+        *,
+        replay: bool = False,
     ) -> tuple[list[Moved], list[Transition]]:
         """A claim or an ack on SQLite: in the group-commit writer's next batch; on the loop, behind
         the writer lock, when the writer declines it (the hub's in-transaction handlers want one of
-        its transitions) or there is no writer (an in-memory database)."""
+        its transitions) or there is no writer (an in-memory database). ``replay``: a claim with a
+        request key answers the todos a claim with that key holds, if any, and moves nothing (in the
+        same write transaction, so two calls with one key cannot both claim)."""
         writer = self.db.sqlite_writer()
         if writer is not None:
-            move = partial(self._move_in_writer, sql, params, transition, lease, now, answer)
+            move = partial(self._move_in_writer, sql, params, transition, lease, now, answer, replay)
             try:
                 return await writer.run(move)
             except Declined:
                 pass  # undone in the writer; made again here, where the handlers get a connection
         async with self.db.sqlite_transaction() as (conn, driver):
+            if replay:
+                found = await driver.execute_fetchall(_REPLAY_SQLITE, _replay_params(params))
+                if replayed := _order([Moved(*r) for r in found]):
+                    self._answer(replayed, answer)
+                    return replayed, []
             rows = _order([Moved(*r) for r in await driver.execute_fetchall(sql, params)])
             transitions = self._transitions(rows, transition, now)
             self._answer(rows, answer)
@@ -414,10 +482,17 @@ class TodoClaims:
         lease: int | None,
         now: float,
         answer: Answer | None,
+        replay: bool,
         conn: sqlite3.Connection,
     ) -> tuple[list[Moved], list[Transition]]:
         """The writer thread's half of :meth:`_sqlite_move`, inside its batch's transaction (and this
-        move's savepoint): the UPDATE with its RETURNING, the answers, the timeline insert."""
+        move's savepoint): the replay read, the UPDATE with its RETURNING, the answers, the timeline
+        insert."""
+        if replay and (
+            replayed := _order([Moved(*r) for r in conn.execute(_REPLAY_SQLITE, _replay_params(params))])
+        ):
+            self._answer(replayed, answer)
+            return replayed, []
         rows = _order([Moved(*r) for r in conn.execute(sql, params)])
         transitions = self._transitions(rows, transition, now)
         if self.hub.needs_transaction(transitions):

@@ -80,14 +80,16 @@ class TodoMoves:
         return transition_of(row, transition, reason, now, self.hub.instance_id)
 
     @staticmethod
-    def _live_lease(endpoint_id: str, todo: str, now: float) -> Any:
-        """Heartbeat, ack and fail need a lease that has not run out: once it has, the reaper may hand
-        the todo to another worker, and a late ack must not finish someone else's claim."""
+    def _live_lease(endpoint_id: str, todo: str, lease: str, now: float) -> Any:
+        """Heartbeat and fail need the caller's own claim (``lease``, its handle) with a lease that has
+        not run out: once it has, the reaper may hand the todo to another worker, and a late call must
+        not touch someone else's claim (store/leases.py)."""
         return and_(
             todos.c.id == todo,
             todos.c.endpoint_id == endpoint_id,
             todos.c.status == "claimed",
             todos.c.lease_expires_at >= ms(now),
+            todos.c.lease_id == lease,
         )
 
     async def _commit(

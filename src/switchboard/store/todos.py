@@ -24,6 +24,7 @@ from switchboard.clock import Clock, ms
 from switchboard.delivery.backoff import Backoff
 from switchboard.ids import todo_id
 from switchboard.store.db import Database
+from switchboard.store.leases import new_lease
 from switchboard.store.schema import LIVE_DEDUP_PREDICATE, LIVE_STATUSES, PENDING_PREDICATE, todos
 from switchboard.store.sqlite_writer import Declined
 from switchboard.store.todo_claims import EVENTS_SQLITE, MAX_RESULT_DEPTH, Moved, TodoClaims, events_params
@@ -188,9 +189,12 @@ class TodoStore(TodoClaims, TodoMoves, TodoReads):
         lease_seconds: float,
         *,
         answer: ClaimAnswer | None = None,
+        request_key: str | None = None,
     ) -> Moved | None:
         """The endpoint's oldest pending todo on ``queues``, claimed: a :meth:`claim_many` of one."""
-        rows = await self.claim_many(endpoint_id, queues, lease_seconds, 1, answer=answer)
+        rows = await self.claim_many(
+            endpoint_id, queues, lease_seconds, 1, answer=answer, request_key=request_key
+        )
         return rows[0] if rows else None
 
     async def claim(
@@ -201,6 +205,7 @@ class TodoStore(TodoClaims, TodoMoves, TodoReads):
         lease_seconds: float,
         *,
         answer: Answer | None = None,
+        request_key: str | None = None,
     ) -> Row[Any] | None:
         now = self.clock.now()
         stmt = (
@@ -211,7 +216,7 @@ class TodoStore(TodoClaims, TodoMoves, TodoReads):
                 todos.c.status == "pending",
                 todos.c.queue.in_(queues),
             )
-            .values(**_claimed(now, lease_seconds))
+            .values(**_claimed(now, lease_seconds, request_key))
             .returning(*todos.c)
         )
         return await self._move_one(stmt, "claimed", None, now, answer)
@@ -228,28 +233,34 @@ class TodoStore(TodoClaims, TodoMoves, TodoReads):
         )
         return await self._move_one(stmt, "dead", "unanswerable", now)
 
-    async def heartbeat(self, endpoint_id: str, todo: str, lease_seconds: float) -> Row[Any] | None:
+    async def heartbeat(
+        self, endpoint_id: str, todo: str, lease: str, lease_seconds: float
+    ) -> Row[Any] | None:
+        """Extend the lease the caller holds (``lease``, its claim's handle); None when it does not."""
         now = self.clock.now()
         stmt = (
             update(todos)
-            .where(self._live_lease(endpoint_id, todo, now))
+            .where(self._live_lease(endpoint_id, todo, lease, now))
             .values(lease_expires_at=ms(now + lease_seconds), updated_at=ms(now))
             .returning(*todos.c)
         )
         async with self.db.begin() as conn:
             return (await conn.execute(stmt)).first()
 
-    async def ack(self, endpoint_id: str, todo: str, result: Any) -> Moved | None:
+    async def ack(self, endpoint_id: str, todo: str, lease: str, result: Any) -> Moved | None:
         """Raises :class:`switchboard.text.Unstorable` (nothing written) for a result no reader could
         parse back: lone surrogates, NaN, nesting past :data:`MAX_RESULT_DEPTH`. An :meth:`ack_many`
         of one."""
-        rows = await self.ack_many(endpoint_id, [(todo, result)])
+        rows = await self.ack_many(endpoint_id, [(todo, lease, result)])
         return rows[0] if rows else None
 
-    async def fail(self, endpoint_id: str, todo: str, error: str, *, retry: bool) -> Row[Any] | None:
-        """ADR-0007: back to ``failed`` with a due time, or ``dead`` when out of attempts or told not to retry."""
+    async def fail(
+        self, endpoint_id: str, todo: str, lease: str, error: str, *, retry: bool
+    ) -> Row[Any] | None:
+        """ADR-0007: back to ``failed`` with a due time, or ``dead`` when out of attempts or told not to
+        retry; only under the caller's ``lease``."""
         now = self.clock.now()
-        owned = self._live_lease(endpoint_id, todo, now)
+        owned = self._live_lease(endpoint_id, todo, lease, now)
         async with self.db.begin() as conn:
             current = (await conn.execute(select(todos.c.attempt).where(owned))).first()
             if current is None:
@@ -312,14 +323,17 @@ class TodoStore(TodoClaims, TodoMoves, TodoReads):
         return await self._move_one(stmt, "requeued", "operator", now, actor=actor)
 
 
-def _claimed(now: float, lease_seconds: float) -> dict[str, Any]:
-    """What a claim writes, by claim_next and claim alike: the attempt counts claims."""
+def _claimed(now: float, lease_seconds: float, request_key: str | None) -> dict[str, Any]:
+    """What ``claim`` writes, as the claim path's statements do: the attempt counts claims, and the
+    claim gets a fresh lease handle (store/leases.py)."""
     return {
         "status": "claimed",
         "attempt": todos.c.attempt + 1,
         "lease_expires_at": ms(now + lease_seconds),
         "retry_at": None,
         "updated_at": ms(now),
+        "lease_id": new_lease(),
+        "claim_key": request_key,
     }
 
 
