@@ -535,6 +535,12 @@ async def job_pgq(spec: dict[str, Any]) -> dict[str, Any]:
     return await pgq.consume(spec)
 
 
+async def job_soak(spec: dict[str, Any]) -> dict[str, Any]:
+    from bench.soak_load import job_soak as soak
+
+    return await soak(spec)
+
+
 async def job_warm(spec: dict[str, Any]) -> dict[str, Any]:
     """Import what the timed jobs need, so no job pays for imports."""
     import a2a.server.tasks
@@ -550,6 +556,7 @@ JOBS: dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {
     "mcp_claim": job_mcp_claim,
     "mcp_tools": job_mcp_tools,
     "pgq": job_pgq,
+    "soak": job_soak,
     "warm": job_warm,
 }
 

@@ -1,0 +1,234 @@
+"""The soak (issue 28): millions of todos through ingest, claim and ack with retention at a short setting,
+on SQLite and on PostgreSQL, and what the history costs over the run.
+
+``python -m bench --only soak`` (``BENCH_SOAK_ONLY=sqlite|postgres`` for one backend; ``--quick`` for a
+smoke run of 60,000 todos, never published). One ``switchboard serve`` per backend (the bench launcher,
+default settings but three: retention ``RETENTION_MINUTES``, its sweep every ``SWEEP_SECONDS``, and the
+per-endpoint MCP rate raised as scenario 4 does). ``ENDPOINTS`` endpoints share fan-out sources (one
+delivery makes one todo per endpoint; enough sources that none passes ingest's per-source limit); one consumer per endpoint claims up to ``BATCH`` at a time
+and acks them. Sampled every ``SAMPLE_SECONDS``: the database's size (SQLite: the file and its WAL;
+PostgreSQL: ``pg_database_size``) and its row count; per 10 s bucket: ingest and claim p50/p99.
+
+The report compares the end with the beginning:
+
+* database size, flat within 20% once the first retention period (plus two sweeps) has passed: the
+  largest sample after it over the smallest;
+* claim p99 over the last minute within 1.5x of the first minute's, and ingest p99 the same way.
+
+Results go to ``soak.json`` in the run folder, the curves to ``docs/benchmarks-soak.svg`` and a table to
+docs/benchmarks.md between the ``soak`` markers (a published run only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import percentile
+from bench.context import Bench, running
+from bench.world import build_world, new_cred_key
+
+RETENTION_MINUTES = 2.0
+SWEEP_SECONDS = 15.0
+SAMPLE_SECONDS = 10.0
+ENDPOINTS = 10
+BATCH = 100
+COUNTS = {"sqlite": 1_000_000, "postgres": 5_000_000}
+RATES = {"sqlite": 150.0, "postgres": 300.0}  # deliveries per second (x ENDPOINTS todos)
+QUICK_COUNT = 60_000
+MCP_RATE_PER_MINUTE = 120_000
+PER_SOURCE_PER_SECOND = 10.0  # ingest's per-source limit (600 a minute, switchboard.ingest.app)
+ESTIMATE = 3000.0
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def _chosen() -> list[str]:
+    only = os.environ.get("BENCH_SOAK_ONLY", "")
+    return [only] if only in COUNTS else list(COUNTS)
+
+
+async def run(b: Bench) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    for backend in _chosen():
+        results[backend] = await _one(b, backend)
+    if not b.quick and len(results) == len(COUNTS) and all("skipped" not in r for r in results.values()):
+        write_docs(results)
+    return results
+
+
+async def _one(b: Bench, backend: str) -> dict[str, Any]:
+    count = QUICK_COUNT if b.quick else COUNTS[backend]
+    rate = float(os.environ.get("BENCH_SOAK_RATE", RATES[backend]))
+    settings = b.settings(
+        f"soak-{backend}",
+        retention_hours=RETENTION_MINUTES / 60,
+        retention_interval_seconds=SWEEP_SECONDS,
+        mcp_rate_per_minute=MCP_RATE_PER_MINUTE,
+    )
+    pg: Any = None
+    if backend == "postgres":
+        from tests.support.pg import PostgresServer, missing_binaries
+
+        if missing_binaries():
+            return {"skipped": "PostgreSQL programs not found"}
+        pg = PostgresServer()
+        pg.start()
+        settings["database_url"] = pg.create_database("bench_soak")
+        settings["cred_key"] = new_cred_key()
+    try:
+        world = await build_world(
+            settings,
+            endpoints=ENDPOINTS,
+            own_sources=False,
+            # ingest admits 600 deliveries a minute per source: enough sources for the rate, twice over
+            fanout_groups=[list(range(ENDPOINTS))] * _sources(rate),
+            owners="one",
+        )
+        server = b.server(f"soak-{backend}", settings)
+        size = _sizer(settings)
+        samples: list[dict[str, float]] = []
+        async with running(server):
+            start = time.monotonic()
+            sampler = asyncio.create_task(_sample(size, start, samples))
+            b.progress.phase(f"soak {backend}: {count:,} todos", count / (rate * ENDPOINTS))
+            try:
+                load = await b.client.run(
+                    "soak",
+                    {
+                        "base_url": server.base_url,
+                        "targets": [s.target() for s in world.fanout_sources],
+                        "fanout": ENDPOINTS,
+                        "rate": rate,
+                        "batch": BATCH,
+                        "count": count,
+                        "max_seconds": 3 * count / (rate * ENDPOINTS) + 120,
+                        "agents": [{"base_url": server.base_url, "token": e.token} for e in world.endpoints],
+                    },
+                    timeout=4 * count / (rate * ENDPOINTS) + 300,
+                )
+            finally:
+                sampler.cancel()
+                await asyncio.gather(sampler, return_exceptions=True)
+        return _judge(backend, count, rate, load, samples)
+    finally:
+        if pg is not None:
+            pg.stop()
+
+
+def _sources(rate: float) -> int:
+    return max(1, int(2 * rate / PER_SOURCE_PER_SECOND) + 1)
+
+
+def _sizer(settings: dict[str, Any]) -> Any:
+    """A coroutine function answering (bytes, rows) of the server's database."""
+    url = settings.get("database_url")
+    if url is None:
+        import sqlite3
+
+        db = Path(settings["data_dir"]) / "switchboard.db"
+
+        async def sqlite_size() -> tuple[float, float]:
+            files = [db, db.with_name(db.name + "-wal")]
+            total = sum(f.stat().st_size for f in files if f.exists())
+
+            def rows() -> int:
+                with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as conn:
+                    return int(conn.execute("SELECT count(*) FROM todos").fetchone()[0])
+
+            return float(total), float(await asyncio.to_thread(rows))
+
+        return sqlite_size
+    from sqlalchemy import text
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine(url, pool_size=1)
+
+    async def pg_size() -> tuple[float, float]:
+        async with engine.connect() as conn:
+            total = (await conn.execute(text("SELECT pg_database_size(current_database())"))).scalar_one()
+            rows = (await conn.execute(text("SELECT count(*) FROM todos"))).scalar_one()
+        return float(total), float(rows)
+
+    return pg_size
+
+
+async def _sample(size: Any, start: float, out: list[dict[str, float]]) -> None:
+    while True:
+        total, rows = await size()
+        out.append({"t": round(time.monotonic() - start, 1), "mib": total / 2**20, "rows": rows})
+        await asyncio.sleep(SAMPLE_SECONDS)
+
+
+def _window_p99(series: list[dict[str, float]], first: bool) -> float:
+    """The worst bucket p99 of the first (or last) minute: buckets are 10 s, so six of them."""
+    picked = series[:6] if first else series[-7:-1] if len(series) > 7 else series[-6:]
+    values = [s["p99"] for s in picked if s["n"]]
+    return max(values) if values else float("nan")
+
+
+def _judge(
+    backend: str, count: int, rate: float, load: dict[str, Any], samples: list[dict[str, float]]
+) -> dict[str, Any]:
+    settled = RETENTION_MINUTES * 60 + 2 * SWEEP_SECONDS
+    after = [s["mib"] for s in samples if s["t"] >= settled]
+    flat = max(after) / min(after) if after and min(after) > 0 else float("nan")
+    claim_first, claim_last = _window_p99(load["claim"], True), _window_p99(load["claim"], False)
+    ingest_first, ingest_last = _window_p99(load["ingest"], True), _window_p99(load["ingest"], False)
+    return {
+        "backend": backend,
+        "count": count,
+        "offered_todos_per_s": rate * ENDPOINTS,
+        "acked": load["acked"],
+        "elapsed_s": round(load["elapsed"], 1),
+        "errors": load["errors"],
+        "statuses": load["statuses"],
+        "size_flat_ratio": flat,
+        "size_mib_max": max((s["mib"] for s in samples), default=float("nan")),
+        "size_mib_end": samples[-1]["mib"] if samples else float("nan"),
+        "rows_end": samples[-1]["rows"] if samples else float("nan"),
+        "claim_p99_first_ms": claim_first,
+        "claim_p99_last_ms": claim_last,
+        "claim_p99_ratio": claim_last / claim_first,
+        "ingest_p99_first_ms": ingest_first,
+        "ingest_p99_last_ms": ingest_last,
+        "ingest_p99_ratio": ingest_last / ingest_first,
+        "claim_p99_overall_ms": percentile([s["p99"] for s in load["claim"] if s["n"]], 99),
+        "met": bool(flat <= 1.2 and claim_last / claim_first <= 1.5 and load["acked"] >= count),
+        "samples": samples,
+        "ingest": load["ingest"],
+        "claim": load["claim"],
+    }
+
+
+def write_docs(results: dict[str, Any]) -> None:
+    from bench.soak_plot import svg
+
+    (DOCS / "benchmarks-soak.svg").write_text(svg(results))
+    rows = [
+        "| backend | todos | acked | size after settling (max/min) | end size | claim p99 first / last min | "
+        "ingest p99 first / last min | met |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results.values():
+        rows.append(
+            f"| {r['backend']} | {r['count']:,} at {r['offered_todos_per_s']:,.0f}/s | {r['acked']:,} | "
+            f"{r['size_flat_ratio']:.2f}x | {r['size_mib_end']:.0f} MiB, {r['rows_end']:,.0f} rows | "
+            f"{r['claim_p99_first_ms']:.1f} / {r['claim_p99_last_ms']:.1f} ms "
+            f"({r['claim_p99_ratio']:.2f}x) | {r['ingest_p99_first_ms']:.1f} / "
+            f"{r['ingest_p99_last_ms']:.1f} ms ({r['ingest_p99_ratio']:.2f}x) | "
+            f"{'yes' if r['met'] else 'NO'} |"
+        )
+    block = "\n".join(
+        ["<!-- soak:begin -->", *rows, "", "![soak curves](benchmarks-soak.svg)", "<!-- soak:end -->"]
+    )
+    doc = DOCS / "benchmarks.md"
+    text = doc.read_text()
+    head, found, rest = text.partition("<!-- soak:begin -->")
+    if found:
+        _, _, tail = rest.partition("<!-- soak:end -->")
+        doc.write_text(head + block + tail)
+    else:
+        doc.write_text(text.rstrip("\n") + "\n\n## Soak (issue 28)\n\n" + block + "\n")
