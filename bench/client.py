@@ -310,6 +310,8 @@ def _todo(todo: Any, tool: str, status: str) -> dict[str, Any]:
     """A todo from a verb's structuredContent, checked: an id and the status the verb leaves it in."""
     if not isinstance(todo, dict) or not isinstance(todo.get("id"), str) or todo.get("status") != status:
         raise BadAnswer(f"{tool}: not a {status} todo: {str(todo)[:120]}")
+    if status == "claimed" and not isinstance(todo.get("lease"), str):
+        raise BadAnswer(f"{tool}: a claimed todo without its lease handle: {str(todo)[:120]}")
     return todo
 
 
@@ -398,7 +400,9 @@ async def job_mcp_claim(spec: dict[str, Any]) -> dict[str, Any]:
             todo_id = todo["id"]
             claimed.append(todo_id)
             try:
-                args = json.dumps({"todo_id": todo_id, "result": {"ok": True}}).encode()
+                args = json.dumps(
+                    {"todo_id": todo_id, "lease": todo["lease"], "result": {"ok": True}}
+                ).encode()
                 if _todo((await client.call("ack", args)).get("todo"), "ack", "done")["id"] != todo_id:
                     raise BadAnswer("ack: answered another todo")
             except _FAILURES as exc:
@@ -429,12 +433,13 @@ async def _mcp_claim_combined(spec: dict[str, Any]) -> dict[str, Any]:
 
     async def consume(index: int, client: McpClient) -> None:
         held: str | None = None
+        lease = ""  # the held todo's claim handle
         while True:
             t0 = time.monotonic()
             args = (
                 b"{}"
                 if held is None
-                else json.dumps({"ack": {"todo_id": held, "result": {"ok": True}}}).encode()
+                else json.dumps({"ack": {"todo_id": held, "lease": lease, "result": {"ok": True}}}).encode()
             )
             try:
                 got = await client.call("claim_next", args)
@@ -458,7 +463,9 @@ async def _mcp_claim_combined(spec: dict[str, Any]) -> dict[str, Any]:
             claim_lat.append(time.monotonic() - t0)
             claimed.append(todo["id"])
             if time.monotonic() >= run.deadline:  # out of time: finish this one alone, claim no more
-                finish = json.dumps({"todo_id": todo["id"], "result": {"ok": True}}).encode()
+                finish = json.dumps(
+                    {"todo_id": todo["id"], "lease": todo["lease"], "result": {"ok": True}}
+                ).encode()
                 with contextlib.suppress(*_FAILURES):
                     if (
                         _todo((await client.call("ack", finish)).get("todo"), "ack", "done")["id"]
@@ -466,7 +473,7 @@ async def _mcp_claim_combined(spec: dict[str, Any]) -> dict[str, Any]:
                     ):
                         acked.append(todo["id"])
                 return
-            held = todo["id"]
+            held, lease = todo["id"], todo["lease"]
 
     summary = await run.run(consume)
     return {"claimed": claimed, "acked": acked, "claim_latency": claim_lat, "ack_latency": [], **summary}
@@ -492,6 +499,7 @@ async def _mcp_claim_batch(spec: dict[str, Any]) -> dict[str, Any]:
                 if not isinstance(todos, list) or len(todos) > batch:
                     raise BadAnswer(f"claim_many: todos is not a list of at most {batch}")
                 ids = [_todo(t, "claim_many", "claimed")["id"] for t in todos]
+                leases = [t["lease"] for t in todos]
             except _FAILURES as exc:
                 if await run.failed(client, exc):
                     continue
@@ -502,7 +510,9 @@ async def _mcp_claim_batch(spec: dict[str, Any]) -> dict[str, Any]:
             claim_lat.append(t1 - t0)
             sizes[len(ids)] += 1
             claimed.extend(ids)
-            acks = [{"todo_id": i, "result": {"ok": True}} for i in ids]
+            acks = [
+                {"todo_id": i, "lease": ls, "result": {"ok": True}} for i, ls in zip(ids, leases, strict=True)
+            ]
             try:
                 results = (await client.call("ack_many", json.dumps({"acks": acks}).encode())).get("results")
                 if not isinstance(results, list) or [_todo_id(r) for r in results] != ids:

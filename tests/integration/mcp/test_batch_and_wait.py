@@ -27,11 +27,13 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from switchboard.mcp.holding import LEASE_LOST
 from tests.integration.mcp.real import VERBS, RealServer, start_real_server
 from tests.reliability.procs import ServerProcess, Tenant, provision, server_env, servers
 from tests.support.mcp_client import agent
 from tests.support.secrets import reveal
 
+NO_LEASE = "ls_" + "0" * 32  # a handle no claim answered
 WAIT = 20  # seconds a long-poll may wait in these tests: far above what an answer should take
 
 
@@ -93,7 +95,10 @@ async def test_claim_many_then_ack_many_on_sqlite(sb: RealServer) -> None:
         rest = (await a.ok("claim_many", {"max_todos": 100}))["todos"]
         assert [t["id"] for t in rest] == ids[5:]
         assert (await a.ok("claim_many", {}))["todos"] == []
-        acks = [{"todo_id": t["id"], "result": {"n": i}} for i, t in enumerate(first + rest)]
+        assert len({t["lease"] for t in first + rest}) == 12  # a handle per claim
+        acks = [
+            {"todo_id": t["id"], "lease": t["lease"], "result": {"n": i}} for i, t in enumerate(first + rest)
+        ]
         results = (await a.ok("ack_many", {"acks": acks}))["results"]
         assert results == [{"todo_id": i, "ok": True} for i in ids]
         done = (await a.ok("list_todos", {"status": "done", "limit": 200}))["todos"]
@@ -104,26 +109,32 @@ async def test_claim_many_then_ack_many_on_sqlite(sb: RealServer) -> None:
 async def test_ack_many_answers_each_item_on_its_own(sb: RealServer) -> None:
     ids = await webhooks(sb.proc, sb.tenant, 3)
     async with agent(sb.mcp_url, sb.token) as a:
-        held = [t["id"] for t in (await a.ok("claim_many", {"max_todos": 2}))["todos"]]
+        claimed = (await a.ok("claim_many", {"max_todos": 2}))["todos"]
+        held, lease = [t["id"] for t in claimed], [t["lease"] for t in claimed]
         assert held == ids[:2]
         big = "x" * (64 * 1024)
         acks: list[dict[str, Any]] = [
-            {"todo_id": held[0], "result": "fine"},
-            {"todo_id": "td_01AAAAAAAAAAAAAAAAAAAAAAAA"},  # well-formed, nobody's
-            {"todo_id": "nonsense"},
-            {"todo_id": ids[2]},  # pending, not held
-            {"todo_id": held[1], "result": big},  # over 64 KiB: this item only
-            {"todo_id": held[0]},  # the same id again: done by the first item
+            {"todo_id": held[0], "lease": lease[0], "result": "fine"},
+            {"todo_id": "td_01AAAAAAAAAAAAAAAAAAAAAAAA", "lease": lease[0]},  # well-formed, nobody's
+            {"todo_id": "nonsense", "lease": lease[0]},
+            {"todo_id": ids[2], "lease": lease[0]},  # pending, not held
+            {"todo_id": held[1], "lease": lease[1], "result": big},  # over 64 KiB: this item only
+            {"todo_id": held[0], "lease": lease[0]},  # the same claim's ack again (a retry): ok
+            {"todo_id": held[0], "lease": lease[1]},  # another claim's handle: refused
         ]
         results = (await a.ok("ack_many", {"acks": acks}))["results"]
         assert [r["todo_id"] for r in results] == [x["todo_id"] for x in acks]
         assert results[0] == {"todo_id": held[0], "ok": True}
+        assert results[5] == {"todo_id": held[0], "ok": True}
         codes = [r.get("error", {}).get("code") for r in results[1:]]
-        assert codes == ["not_found", "not_found", "conflict", "invalid_argument", "conflict"]
-        assert results[3]["error"]["message"] == "the todo is pending, not claimed"
-        assert results[5]["error"]["message"] == "the todo is done, not claimed"
+        assert codes == ["not_found", "not_found", "lease_lost", "invalid_argument", None, "lease_lost"]
+        assert results[3]["error"]["message"] == LEASE_LOST
+        assert results[6]["error"]["message"] == LEASE_LOST
+        done = {t["id"]: t.get("result") for t in (await a.ok("list_todos", {"status": "done"}))["todos"]}
+        assert done == {held[0]: "fine"}  # the retry wrote nothing over the first result
         # the oversized item changed nothing: still held, and ack_many finishes it on its own
-        assert (await a.ok("ack_many", {"acks": [{"todo_id": held[1]}]}))["results"][0]["ok"] is True
+        finish = {"todo_id": held[1], "lease": lease[1]}
+        assert (await a.ok("ack_many", {"acks": [finish]}))["results"][0]["ok"] is True
 
 
 async def test_the_batch_verbs_ride_on_their_verbs_grants(tmp_path: Path, sb: RealServer) -> None:
@@ -135,7 +146,7 @@ async def test_the_batch_verbs_ride_on_their_verbs_grants(tmp_path: Path, sb: Re
         assert "claim_many" in names and "ack_many" not in names and "ack" not in names
         held = [t["id"] for t in (await b.ok("claim_many", {"max_todos": 2}))["todos"]]
         assert held == mine
-        refused = await b.call("ack_many", {"acks": [{"todo_id": held[0]}]})
+        refused = await b.call("ack_many", {"acks": [{"todo_id": held[0], "lease": NO_LEASE}]})
         assert refused.code == "forbidden" and "ack_many" in refused.data["message"]
         assert (await b.ok("claim_many", {}))["todos"] == []  # both still held: nothing was acked
     async with agent(sb.mcp_url, sb.token) as a:  # agent-a holds claim_next and ack
@@ -147,14 +158,15 @@ async def test_claim_next_with_ack_finishes_one_todo_and_claims_the_next(sb: Rea
     async with agent(sb.mcp_url, sb.token) as a:
         first = (await a.ok("claim_next", {}))["todo"]
         assert first["id"] == ids[0]
-        second = await a.ok("claim_next", {"ack": {"todo_id": first["id"], "result": {"n": 1}}})
+        ack = {"todo_id": first["id"], "lease": first["lease"], "result": {"n": 1}}
+        second = await a.ok("claim_next", {"ack": ack})
         assert second["acked"] == {"todo_id": ids[0], "ok": True}
         assert second["todo"]["id"] == ids[1] and second["todo"]["status"] == "claimed"
         # an ack that cannot move says why, and the claim still happens
-        third = await a.ok("claim_next", {"ack": {"todo_id": ids[0]}})
-        assert third["acked"]["ok"] is False and third["acked"]["error"]["code"] == "conflict"
+        third = await a.ok("claim_next", {"ack": {"todo_id": ids[0], "lease": second["todo"]["lease"]}})
+        assert third["acked"]["ok"] is False and third["acked"]["error"]["code"] == "lease_lost"
         assert third["todo"]["id"] == ids[2]
-        last = await a.ok("claim_next", {"ack": {"todo_id": ids[2]}})
+        last = await a.ok("claim_next", {"ack": {"todo_id": ids[2], "lease": third["todo"]["lease"]}})
         assert last == {"todo": None, "acked": {"todo_id": ids[2], "ok": True}}
         # ids[1] is still held: only the todos named in an ack were finished
         statuses = {t["id"]: t["status"] for t in (await a.ok("list_todos", {}))["todos"]}
@@ -162,9 +174,12 @@ async def test_claim_next_with_ack_finishes_one_todo_and_claims_the_next(sb: Rea
         done = (await a.ok("list_todos", {"status": "done"}))["todos"]
         assert {t["id"]: t.get("result") for t in done}[ids[0]] == {"n": 1}
         # an oversized result is that ack's invalid_argument; the todo stays held
-        big = await a.ok("claim_next", {"ack": {"todo_id": ids[1], "result": "x" * (64 * 1024)}})
+        held = second["todo"]["lease"]
+        big = await a.ok(
+            "claim_next", {"ack": {"todo_id": ids[1], "lease": held, "result": "x" * (64 * 1024)}}
+        )
         assert big["acked"]["error"]["code"] == "invalid_argument" and big["todo"] is None
-        assert (await a.ok("ack", {"todo_id": ids[1]}))["todo"]["status"] == "done"
+        assert (await a.ok("ack", {"todo_id": ids[1], "lease": held}))["todo"]["status"] == "done"
 
 
 async def test_claim_next_with_ack_needs_the_ack_grant(sb: RealServer) -> None:
@@ -172,8 +187,9 @@ async def test_claim_next_with_ack_needs_the_ack_grant(sb: RealServer) -> None:
     reveal(other.token)
     mine = await webhooks(sb.proc, other, 2)
     async with agent(sb.mcp_url, other.token) as c:
-        held = (await c.ok("claim_next", {}))["todo"]["id"]
-        refused = await c.call("claim_next", {"ack": {"todo_id": held}})
+        claimed = (await c.ok("claim_next", {}))["todo"]
+        held = claimed["id"]
+        refused = await c.call("claim_next", {"ack": {"todo_id": held, "lease": claimed["lease"]}})
         assert refused.code == "forbidden" and "'ack'" in refused.data["message"]
         statuses = {t["id"]: t["status"] for t in (await c.ok("list_todos", {}))["todos"]}
         assert statuses == {mine[0]: "claimed", mine[1]: "pending"}  # nothing acked, nothing claimed
@@ -190,8 +206,10 @@ async def test_bad_batch_input_is_invalid_argument_and_changes_nothing(sb: RealS
             ("claim_next", {"wait_seconds": 31}),
             ("claim_next", {"wait_seconds": -1}),
             ("ack_many", {"acks": []}),
-            ("ack_many", {"acks": [{"todo_id": ids[0]}] * 101}),
-            ("ack_many", {"acks": [{"result": 1}]}),
+            ("ack_many", {"acks": [{"todo_id": ids[0], "lease": NO_LEASE}] * 101}),
+            ("ack_many", {"acks": [{"result": 1, "lease": NO_LEASE}]}),
+            ("ack_many", {"acks": [{"todo_id": ids[0]}]}),  # no lease
+            ("claim_next", {"ack": {"todo_id": ids[0]}}),  # no lease
         ]:
             refused = await a.call(verb, args)
             assert refused.code == "invalid_argument", (verb, args, refused.data)
@@ -275,7 +293,7 @@ async def test_two_instances_race_with_batches_and_nothing_is_claimed_twice(
                 while batch := (await c.ok("claim_many", {"max_todos": 7}))["todos"]:
                     claimed.extend(t["id"] for t in batch)
                     assert all(t["attempt"] == 1 for t in batch)
-                    acks = [{"todo_id": t["id"]} for t in batch]
+                    acks = [{"todo_id": t["id"], "lease": t["lease"]} for t in batch]
                     results = (await c.ok("ack_many", {"acks": acks}))["results"]
                     assert all(r["ok"] for r in results), results
 
@@ -290,7 +308,7 @@ async def test_two_instances_race_with_batches_and_nothing_is_claimed_twice(
             took = time.monotonic() - started
             assert answer["todo"] is not None and answer["todo"]["id"] == late
             assert took < WAIT / 2, f"the wait on instance two returned after {took:.1f} s"
-            await c.ok("ack_many", {"acks": [{"todo_id": late}]})
+            await c.ok("ack_many", {"acks": [{"todo_id": late, "lease": answer["todo"]["lease"]}]})
         ids.append(late)
         claimed.append(late)
         assert [i for i, n in Counter(claimed).items() if n > 1] == []

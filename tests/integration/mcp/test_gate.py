@@ -14,6 +14,7 @@ from sqlalchemy import func, select
 
 from switchboard.clock import ManualClock
 from switchboard.mcp.errors import TODO_NOT_FOUND
+from switchboard.mcp.holding import LEASE_LOST
 from switchboard.store.errors import StoreUnavailable
 from switchboard.store.schema import todos
 from tests.integration.mcp.helpers import add_todo, call, connect, refuse, sample, vend
@@ -21,6 +22,7 @@ from tests.support.secrets import reveal
 from tests.support.server import Instance, make_settings, run_instance
 
 UNKNOWN_ID = "td_01J00000000000000000000000"
+NO_LEASE = "ls_" + "0" * 32  # a handle no claim answered
 
 
 async def count_todos(inst: Instance) -> int:
@@ -126,15 +128,15 @@ async def test_another_endpoints_todo_is_not_found_like_an_unknown_id(inst: Inst
     pending = await add_todo(inst, a, "a's pending")
     held = await add_todo(inst, a, "a's claimed")
     async with connect(inst, a.token) as client_a:
-        await call(client_a, "claim", todo_id=held)
+        lease = (await call(client_a, "claim", todo_id=held))["todo"]["lease"]  # a's, and live
     before = {t: await inst.services.todos.get(a.id, t) for t in (pending, held)}
     async with connect(inst, b.token) as client_b:
         for todo_id in (pending, held, UNKNOWN_ID, "nonsense"):
             for verb, args in (
                 ("claim", {}),
-                ("heartbeat", {}),
-                ("ack", {"result": "stolen"}),
-                ("fail", {"error": "x", "retry": False}),
+                ("heartbeat", {"lease": lease}),
+                ("ack", {"lease": lease, "result": "stolen"}),
+                ("fail", {"lease": lease, "error": "x", "retry": False}),
             ):
                 assert await refuse(client_b, verb, todo_id=todo_id, **args) == ("not_found", TODO_NOT_FOUND)
         assert (await call(client_b, "list_todos"))["todos"] == []
@@ -142,16 +144,15 @@ async def test_another_endpoints_todo_is_not_found_like_an_unknown_id(inst: Inst
     assert after == before
 
 
-async def test_wrong_state_is_a_conflict(inst: Instance) -> None:
+async def test_a_todo_not_held_under_the_lease_is_lease_lost(inst: Instance) -> None:
     a = await vend(inst, "agent-a")
     todo_id = await add_todo(inst, a)
     async with connect(inst, a.token) as client:
-        assert await refuse(client, "ack", todo_id=todo_id) == (
-            "conflict",
-            "the todo is pending, not claimed",
-        )
-        assert (await refuse(client, "heartbeat", todo_id=todo_id))[0] == "conflict"
-        assert (await refuse(client, "fail", todo_id=todo_id, error="x"))[0] == "conflict"
+        assert await refuse(client, "ack", todo_id=todo_id, lease=NO_LEASE) == ("lease_lost", LEASE_LOST)
+        assert (await refuse(client, "heartbeat", todo_id=todo_id, lease=NO_LEASE))[0] == "lease_lost"
+        assert (await refuse(client, "fail", todo_id=todo_id, lease=NO_LEASE, error="x"))[0] == "lease_lost"
+    row = await inst.services.todos.get(a.id, todo_id)
+    assert row is not None and row.status == "pending"
 
 
 @pytest.mark.parametrize(
@@ -163,8 +164,10 @@ async def test_wrong_state_is_a_conflict(inst: Instance) -> None:
         ("claim_next", {"lease_seconds": 3601}, "lease_seconds"),
         ("claim_next", {"lease_seconds": "soon"}, "lease_seconds"),
         ("claim", {}, "todo_id"),
-        ("fail", {"todo_id": UNKNOWN_ID}, "error"),
-        ("fail", {"todo_id": UNKNOWN_ID, "error": ""}, "error"),
+        ("fail", {"todo_id": UNKNOWN_ID, "lease": NO_LEASE}, "error"),
+        ("fail", {"todo_id": UNKNOWN_ID, "lease": NO_LEASE, "error": ""}, "error"),
+        ("ack", {"todo_id": UNKNOWN_ID}, "lease"),
+        ("heartbeat", {"todo_id": UNKNOWN_ID, "lease": ""}, "lease"),
         ("list_todos", {"status": "bogus"}, "status"),
         ("list_todos", {"limit": 0}, "limit"),
         ("list_todos", {"limit": 201}, "limit"),
@@ -186,12 +189,14 @@ async def test_ack_result_over_64_kib_is_refused(inst: Instance) -> None:
     a = await vend(inst, "agent-a")
     todo_id = await add_todo(inst, a)
     async with connect(inst, a.token) as client:
-        await call(client, "claim", todo_id=todo_id)
-        code, message = await refuse(client, "ack", todo_id=todo_id, result="x" * (64 * 1024))
+        lease = (await call(client, "claim", todo_id=todo_id))["todo"]["lease"]
+        code, message = await refuse(client, "ack", todo_id=todo_id, lease=lease, result="x" * (64 * 1024))
         assert code == "invalid_argument" and "64 KiB" in message
         row = await inst.services.todos.get(a.id, todo_id)
         assert row is not None and row.status == "claimed"
-        await call(client, "ack", todo_id=todo_id, result="x" * (64 * 1024 - 2))  # the quotes count
+        await call(
+            client, "ack", todo_id=todo_id, lease=lease, result="x" * (64 * 1024 - 2)
+        )  # the quotes count
 
 
 async def test_rate_limit_per_endpoint(tmp_path: Path, clock: ManualClock) -> None:

@@ -249,17 +249,22 @@ async def test_typescript_sdk_client_sees_typed_tools_and_validates_their_result
         _, todo_id = await real_server.webhook("work")
         claimed = (await ts.ask("call", name="claim_next", args={}))["result"]
         assert claimed["structuredContent"]["todo"]["id"] == todo_id
-        acked = (await ts.ask("call", name="ack", args={"todo_id": todo_id, "result": {"ok": True}}))[
-            "result"
-        ]
+        lease = claimed["structuredContent"]["todo"]["lease"]
+        args = {"todo_id": todo_id, "lease": lease, "result": {"ok": True}}
+        acked = (await ts.ask("call", name="ack", args=args))["result"]
         assert acked["structuredContent"]["todo"]["status"] == "done"
-        again = (await ts.ask("call", name="ack", args={"todo_id": todo_id}))["result"]
-        assert again["isError"] is True and json.loads(again["content"][0]["text"])["code"] == "conflict"
+        stale = {"todo_id": todo_id, "lease": "ls_" + "0" * 32}  # not the claim's handle
+        again = (await ts.ask("call", name="ack", args=stale))["result"]
+        assert again["isError"] is True and json.loads(again["content"][0]["text"])["code"] == "lease_lost"
         me = (await ts.ask("call", name="whoami", args={}))["result"]
         _, second = await real_server.webhook("more work")
         many = (await ts.ask("call", name="claim_many", args={"max_todos": 5}))["result"]
         assert [t["id"] for t in many["structuredContent"]["todos"]] == [second]
-        items = [{"todo_id": second, "result": [1, "two"]}, {"todo_id": second}]
+        held = many["structuredContent"]["todos"][0]["lease"]
+        items = [
+            {"todo_id": second, "lease": held, "result": [1, "two"]},
+            {"todo_id": second, "lease": lease},
+        ]
         acked_many = (await ts.ask("call", name="ack_many", args={"acks": items}))["result"]
         assert [r["ok"] for r in acked_many["structuredContent"]["results"]] == [True, False]
         checked = [("claim_next", claimed), ("ack", acked), ("ack", again), ("whoami", me)]

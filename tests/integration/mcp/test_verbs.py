@@ -29,10 +29,14 @@ async def test_claim_heartbeat_ack(inst: Instance, clock: ManualClock, mode: Any
         assert (await call(client, "claim_next"))["todo"] is None
 
         clock.advance(30)
-        beat = (await call(client, "heartbeat", todo_id=todo_id, lease_seconds=120))["todo"]
-        assert beat["lease_expires_at"] == at(clock, 120)
+        lease = claimed["lease"]
+        assert lease.startswith("ls_") and len(lease) == 35
+        beat = (await call(client, "heartbeat", todo_id=todo_id, lease=lease, lease_seconds=120))["todo"]
+        assert beat["lease_expires_at"] == at(clock, 120) and beat["lease"] == lease
 
-        done = (await call(client, "ack", todo_id=todo_id, result={"merged": True, "n": [1, 2]}))["todo"]
+        done = (
+            await call(client, "ack", todo_id=todo_id, lease=lease, result={"merged": True, "n": [1, 2]})
+        )["todo"]
         assert done["status"] == "done" and done["result"] == {"merged": True, "n": [1, 2]}
         assert done["lease_expires_at"] is None
     assert sample(inst, "switchboard_mcp_calls_total", verb="claim_next", code="ok") == 2
@@ -72,7 +76,9 @@ async def test_fail_retry_backoff_then_dead(inst: Instance, clock: ManualClock) 
         for attempt in range(1, 5):
             claimed = (await call(client, "claim_next"))["todo"]
             assert claimed["id"] == todo_id and claimed["attempt"] == attempt
-            failed = (await call(client, "fail", todo_id=todo_id, error=f"boom {attempt}"))["todo"]
+            failed = (
+                await call(client, "fail", todo_id=todo_id, lease=claimed["lease"], error=f"boom {attempt}")
+            )["todo"]
             delay = 30 * 2 ** (attempt - 1)
             assert failed["status"] == "failed" and failed["last_error"] == f"boom {attempt}"
             assert failed["retry_at"] == at(clock, delay)
@@ -84,8 +90,9 @@ async def test_fail_retry_backoff_then_dead(inst: Instance, clock: ManualClock) 
             assert await sweeper.sweep_once() == 1
             listed = (await call(client, "list_todos", status="pending"))["todos"]
             assert [t["id"] for t in listed] == [todo_id] and listed[0]["retry_at"] is None
-        assert (await call(client, "claim_next"))["todo"]["attempt"] == 5
-        dead = (await call(client, "fail", todo_id=todo_id, error="last straw"))["todo"]
+        last = (await call(client, "claim_next"))["todo"]
+        assert last["attempt"] == 5
+        dead = (await call(client, "fail", todo_id=todo_id, lease=last["lease"], error="last straw"))["todo"]
         assert dead["status"] == "dead" and dead["retry_at"] is None and dead["last_error"] == "last straw"
 
 
@@ -93,8 +100,10 @@ async def test_fail_without_retry_is_dead_at_once(inst: Instance) -> None:
     a = await vend(inst, "agent-a")
     todo_id = await add_todo(inst, a)
     async with connect(inst, a.token) as client:
-        await call(client, "claim_next")
-        dead = (await call(client, "fail", todo_id=todo_id, error="not for me", retry=False))["todo"]
+        lease = (await call(client, "claim_next"))["todo"]["lease"]
+        dead = (await call(client, "fail", todo_id=todo_id, lease=lease, error="not for me", retry=False))[
+            "todo"
+        ]
         assert dead["status"] == "dead" and dead["attempt"] == 1
 
 

@@ -141,7 +141,7 @@ async def test_on_sqlite_writes_to_other_tables_keep_the_entry(
         claimed = await work.claim_next(endpoint_id, ["inbox"], 60)
         assert claimed is not None
         assert await verifier.verify_token(token) is not None
-        assert await work.ack(endpoint_id, claimed.id, {"ok": True}) is not None
+        assert await work.ack(endpoint_id, claimed.id, claimed.lease_id, {"ok": True}) is not None
         assert await verifier.verify_token(token) is not None
     await elsewhere.create_human("other@example.com", "correct-horse-battery")
     assert await verifier.verify_token(token) is not None

@@ -120,7 +120,7 @@ async def test_one_claim_and_one_ack_are_one_statement_each(
     assert json.loads(row.payload or "null") == {"n": 1}
     assert await traced.verbs() == _expected(database, alone=True), traced.statements
     await traced.reset()
-    done = await store.ack(ep, ids[1], {"ok": True})
+    done = await store.ack(ep, ids[1], row.lease_id, {"ok": True})
     assert done is not None and done.status == "done" and json.loads(done.result or "null") == {"ok": True}
     assert await traced.verbs() == _expected(database, alone=True), traced.statements
 
@@ -138,14 +138,16 @@ async def test_a_batch_costs_what_one_does_and_the_timeline_has_every_move(
     ids = (await store.create([_todo(ep, n, "inbox" if n % 2 else "reviews") for n in range(12)])).created
     first = await store.claim_next(ep, ["inbox"], 60)  # warm the connection
     assert first is not None and first.id == ids[1]  # ids[0] is on reviews
-    await store.ack(ep, ids[1], None)
+    assert await store.ack(ep, ids[1], first.lease_id, None) is not None
     await traced.reset()
     rows = await store.claim_many(ep, ["inbox", "reviews"], 60, 10)
     assert [r.id for r in rows] == [i for i in ids if i != ids[1]][:10]  # oldest first, across queues
     assert all(r.status == "claimed" and r.attempt == 1 for r in rows)
     assert await traced.verbs() == _expected(database), traced.statements
     await traced.reset()
-    acked = await store.ack_many(ep, [(r.id, {"n": i}) for i, r in enumerate(rows[:5])] + [(ids[1], None)])
+    acked = await store.ack_many(
+        ep, [(r.id, r.lease_id, {"n": i}) for i, r in enumerate(rows[:5])] + [(ids[1], first.lease_id, None)]
+    )
     assert sorted(r.id for r in acked) == sorted(r.id for r in rows[:5])  # ids[1] is done already
     assert await traced.verbs() == _expected(database, alone=True), traced.statements
     await hub.idle()
@@ -189,7 +191,7 @@ async def test_the_claim_statement_walks_the_partial_index(database: Database) -
     async with database.pg_transaction() as (_conn, driver):
         await driver.execute("SET LOCAL enable_seqscan = off")
         await driver.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        args = ("ep_x", ["q1", "q2"], 10, 1, 1, "i", ["te_1"])
+        args = ("ep_x", ["q1", "q2"], 10, 1, 1, "i", ["te_1"], None)
         plan = "\n".join(r[0] for r in await driver.fetch(f"EXPLAIN {_CLAIM_PG}", *args))
     pick = plan.split("CTE moved")[0]
     assert "ix_todos_claim_pending" in pick and "Sort" not in pick, plan
@@ -224,7 +226,7 @@ async def test_in_transaction_handlers_commit_and_roll_back_with_the_claim(
         await store.claim_next(ep, ["inbox"], 60)
     row = await store.claim_next(ep, ["inbox"], 60)
     assert row is not None and row.id == ids[0] and row.attempt == 1  # the failed claim rolled back
-    await store.ack(ep, ids[0], None)
+    assert await store.ack(ep, ids[0], row.lease_id, None) is not None
     async with database.read() as conn:
         marked = (
             (await conn.execute(select(todo_events.c.todo_id).where(todo_events.c.transition == "marked")))
@@ -259,11 +261,14 @@ async def test_an_ack_runs_in_a_transaction_only_when_a_handler_may_act_on_its_t
     ).created
     claimed = await store.claim_many(ep, ["inbox"], 60, 2)
     assert sorted(r.id for r in claimed) == sorted([plain, task])
+    lease = {r.id: r.lease_id for r in claimed}
     await traced.reset()
-    assert [r.id for r in await store.ack_many(ep, [(plain, None)])] == [plain]
+    assert [r.id for r in await store.ack_many(ep, [(plain, lease[plain], None)])] == [plain]
     assert await traced.verbs() == ["WITH"] and seen == [(task, "claimed")], traced.statements
     await traced.reset()
-    assert sorted(r.id for r in await store.ack_many(ep, [(plain, None), (task, None)])) == [task]
+    assert sorted(
+        r.id for r in await store.ack_many(ep, [(plain, lease[plain], None), (task, lease[task], None)])
+    ) == [task]
     # declined alone (a task is in it), then made in a transaction, where the handler saw it
     assert await traced.verbs() == sorted(["WITH", "BEGIN", "WITH", "COMMIT"]), traced.statements
     assert seen == [(task, "claimed"), (task, "done")]

@@ -28,15 +28,15 @@ PAGES = 25  # per todo moved (its row, its index entries, its timeline row); the
 
 _INSERT = """
 INSERT INTO todos (id, endpoint_id, queue, kind, source, title, payload, status, attempt, verified,
-    via_token, self_test, quarantined, created_at, updated_at, lease_expires_at)
+    via_token, self_test, quarantined, created_at, updated_at, lease_expires_at, lease_id)
 SELECT 'td_' || $2 || '_' || g, $1, 'inbox', 'task', 'test', 't', '{}', $2, 0, true, false, false,
-    false, g, g, CASE WHEN $2 = 'claimed' THEN 10000000 END
+    false, g, g, CASE WHEN $2 = 'claimed' THEN 10000000 END, CASE WHEN $2 = 'claimed' THEN 'ls_' || g END
 FROM generate_series($3::int, $4::int) AS g
 """
 
 _TYPES = {
-    "claim": "varchar, varchar[], int, bigint, bigint, varchar, varchar[]",
-    "ack": "varchar, varchar[], text[], varchar[], bigint, varchar",
+    "claim": "varchar, varchar[], int, bigint, bigint, varchar, varchar[], varchar",
+    "ack": "varchar, varchar[], text[], varchar[], bigint, varchar, varchar[]",
 }
 # (claim, ack, the held-sources argument the alone statements take)
 _STATEMENTS = {
@@ -76,18 +76,27 @@ async def test_claim_and_ack_touch_a_few_pages_with_stale_statistics_and_a_plan_
         await driver.execute(f"PREPARE ack({types['ack']}) AS {ack}")
         # Plan both on the small table (the generic plan is cached by the first EXECUTE).
         await driver.execute(_INSERT, ep.id, "claimed", HISTORY + 1, HISTORY + 1)
-        await driver.execute(f"EXECUTE claim('{ep.id}', '{{inbox}}', 1, 20000000, 1, 'i', '{{te_a}}'{held})")
         await driver.execute(
-            f"EXECUTE ack('{ep.id}', '{{td_claimed_{HISTORY + 1}}}', '{{null}}', '{{te_b}}', 1, 'i'{held})"
+            f"EXECUTE claim('{ep.id}', '{{inbox}}', 1, 20000000, 1, 'i', '{{te_a}}', NULL{held})"
         )
+        first = f"td_claimed_{HISTORY + 1}"
+        await driver.execute(
+            f"EXECUTE ack('{ep.id}', '{{{first}}}', '{{null}}', '{{te_b}}', 1, 'i', '{{ls_{HISTORY + 1}}}'{held})"
+        )
+        assert await driver.fetchval("SELECT status FROM todos WHERE id = $1", first) == "done"
         # The backlog arrives; the statistics and the cached plans do not hear of it.
         await driver.execute(_INSERT, ep.id, "pending", HISTORY + 2, HISTORY + 1 + BACKLOG)
         claimed = await _explain(
-            driver, "claim", f"'{ep.id}', '{{inbox}}', {limit}, 20000000, 2, 'i', '{{te_c,te_d,te_e}}'{held}"
+            driver,
+            "claim",
+            f"'{ep.id}', '{{inbox}}', {limit}, 20000000, 2, 'i', '{{te_c,te_d,te_e}}', NULL{held}",
         )
+        oldest = f"td_pending_{HISTORY + 2}"  # the claim above took it: ack it under its lease
+        lease = await driver.fetchval("SELECT lease_id FROM todos WHERE id = $1", oldest)
         acked = await _explain(
-            driver, "ack", f"'{ep.id}', '{{td_pending_{HISTORY + 2}}}', '{{null}}', '{{te_f}}', 2, 'i'{held}"
+            driver, "ack", f"'{ep.id}', '{{{oldest}}}', '{{null}}', '{{te_f}}', 2, 'i', '{{{lease}}}'{held}"
         )
+        assert await driver.fetchval("SELECT status FROM todos WHERE id = $1", oldest) == "done"
     pick, update = claimed.split("CTE moved")[0], claimed.split("CTE moved")[1].split("CTE events")[0]
     assert "ix_todos_claim_pending" in pick and "Sort" not in pick, claimed
     assert "pk_todos" in update and "Seq Scan" not in update and "ix_todos" not in update, claimed

@@ -52,7 +52,9 @@ async def test_only_endpoint_writes_move_the_epoch(database: Database, clock: Ma
 
     await todos.create([NewTodo(endpoint_id=endpoint.id, queue="inbox", title="t", payload={})])
     claimed = await todos.claim_next(endpoint.id, ["inbox"], 60)
-    assert claimed is not None and await todos.ack(endpoint.id, claimed.id, None) is not None
+    assert (
+        claimed is not None and await todos.ack(endpoint.id, claimed.id, claimed.lease_id, None) is not None
+    )
     await accounts.create_human("other@example.com", "correct-horse-battery")
     assert await _rows(database) == [(1, moves)]
 

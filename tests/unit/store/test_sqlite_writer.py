@@ -95,7 +95,8 @@ async def test_concurrent_claims_and_acks_share_commits(
     assert sorted(r.id for r in rows if r is not None) == sorted(ids)
     assert writer.works == 33 and 1 <= writer.commits - 1 < 32, (writer.works, writer.commits)
     commits = writer.commits
-    done = await asyncio.gather(*(store.ack(ep, i, {"ok": True}) for i in ids))
+    leases = {r.id: r.lease_id for r in rows if r is not None}
+    done = await asyncio.gather(*(store.ack(ep, i, leases[i], {"ok": True}) for i in ids))
     assert all(d is not None and d.status == "done" for d in done)
     assert writer.works == 65 and writer.commits - commits < 32
     events = select(func.count()).select_from(todo_events).where(todo_events.c.transition != "created")
@@ -113,7 +114,7 @@ async def test_sixteen_claimers_on_one_endpoint_never_share_a_todo(
     async def consumer() -> None:
         while (row := await store.claim_next(ep, ["inbox"], 60)) is not None:
             claimed.append(row.id)
-            assert await store.ack(ep, row.id, None) is not None
+            assert await store.ack(ep, row.id, row.lease_id, None) is not None
 
     await asyncio.gather(*(consumer() for _ in range(16)))
     assert len(claimed) == len(set(claimed)) == len(ids) and set(claimed) == set(ids)
@@ -205,7 +206,7 @@ async def test_an_a2a_task_claim_commits_with_its_in_transaction_handler(
     assert titles[task] == "seen in tx" and titles[plain] == "t0"
     claimed = select(func.count()).where(todo_events.c.todo_id == task, todo_events.c.transition == "claimed")
     assert await _count(database, claimed) == 1  # the writer's undone attempt left no timeline row
-    assert await store.ack(ep_a, task, {"ok": 1}) is not None and handled == [task, task]
+    assert await store.ack(ep_a, task, got_task.lease_id, {"ok": 1}) is not None and handled == [task, task]
 
 
 async def test_a_handler_without_a_predicate_takes_every_claim_to_the_loop(
@@ -348,7 +349,7 @@ async def test_the_writer_and_the_loop_side_path_take_turns_without_deadlock(
     async def consumer() -> None:
         while (row := await store.claim_next(ep, ["inbox"], 60)) is not None:
             claimed.append(row.id)
-            assert await store.ack(ep, row.id, None) is not None
+            assert await store.ack(ep, row.id, row.lease_id, None) is not None
 
     async def other_writer() -> None:
         for i in range(20):

@@ -87,21 +87,22 @@ async def test_heartbeat_extends_and_ack_finishes(store: Any, clock: ManualClock
     tid = (await store.create([todo(store)])).created[0]
     claimed = await store.claim_next(store.ep_a, ["inbox"], 60)
     clock.advance(30)
-    beat = await store.heartbeat(store.ep_a, tid, 120)
+    lease = claimed.lease_id
+    beat = await store.heartbeat(store.ep_a, tid, lease, 120)
     assert beat.lease_expires_at > claimed.lease_expires_at
-    assert await store.heartbeat(store.ep_b, tid, 120) is None
-    assert await store.ack(store.ep_b, tid, {"ok": True}) is None
-    done = await store.ack(store.ep_a, tid, {"ok": True})
+    assert await store.heartbeat(store.ep_b, tid, lease, 120) is None
+    assert await store.ack(store.ep_b, tid, lease, {"ok": True}) is None
+    done = await store.ack(store.ep_a, tid, lease, {"ok": True})
     assert done.status == "done" and json.loads(done.result) == {"ok": True}
-    assert await store.ack(store.ep_a, tid, None) is None  # not claimed any more
+    assert await store.ack(store.ep_a, tid, lease, None) is None  # not claimed any more
 
 
 async def test_fail_retries_with_backoff_then_dead(store: Any, clock: ManualClock) -> None:
     tid = (await store.create([todo(store)])).created[0]
     delays = []
     for attempt in (1, 2):
-        await store.claim_next(store.ep_a, ["inbox"], 60)
-        row = await store.fail(store.ep_a, tid, "boom", retry=True)
+        held = await store.claim_next(store.ep_a, ["inbox"], 60)
+        row = await store.fail(store.ep_a, tid, held.lease_id, "boom", retry=True)
         assert row.status == "failed" and row.attempt == attempt
         delays.append((row.retry_at - int(clock.now() * 1000)) / 1000)
         assert await store.requeue_due_retries() == []  # not yet due
@@ -109,14 +110,16 @@ async def test_fail_retries_with_backoff_then_dead(store: Any, clock: ManualCloc
         moved = await store.requeue_due_retries()
         assert [t.todo_id for t in moved] == [tid] and moved[0].transition == "requeued"
     assert delays == [30.0, 60.0]
-    await store.claim_next(store.ep_a, ["inbox"], 60)
-    assert (await store.fail(store.ep_a, tid, "boom", retry=True)).status == "dead"  # third attempt = max
+    held = await store.claim_next(store.ep_a, ["inbox"], 60)
+    assert (
+        await store.fail(store.ep_a, tid, held.lease_id, "boom", retry=True)
+    ).status == "dead"  # third attempt = max
 
 
 async def test_fail_without_retry_is_dead(store: Any) -> None:
     tid = (await store.create([todo(store)])).created[0]
-    await store.claim_next(store.ep_a, ["inbox"], 60)
-    assert (await store.fail(store.ep_a, tid, "bad input", retry=False)).status == "dead"
+    held = await store.claim_next(store.ep_a, ["inbox"], 60)
+    assert (await store.fail(store.ep_a, tid, held.lease_id, "bad input", retry=False)).status == "dead"
 
 
 async def test_reaper_requeues_expired_lease_once(store: Any, clock: ManualClock, hub: TransitionHub) -> None:
@@ -179,8 +182,8 @@ async def test_redelivery_dedups_onto_live_todo_and_publishes_nothing(store: Any
     await hub.idle()
     assert len(rec.seen) == 1
     # Once the todo is done, the same delivery id is a new piece of work.
-    await store.claim_next(store.ep_a, ["inbox"], 60)
-    await store.ack(store.ep_a, first.created[0], None)
+    held = await store.claim_next(store.ep_a, ["inbox"], 60)
+    assert await store.ack(store.ep_a, first.created[0], held.lease_id, None) is not None
     assert len((await store.create([item])).created) == 1
 
 
@@ -242,16 +245,20 @@ async def test_list_and_pending_summary(store: Any, clock: ManualClock) -> None:
 async def test_expired_lease_cannot_heartbeat_ack_or_fail(store: Any, clock: ManualClock) -> None:
     """A late worker must not finish a claim the reaper may already have handed to someone else."""
     tid = (await store.create([todo(store)])).created[0]
-    await store.claim_next(store.ep_a, ["inbox"], 10)
+    late = (await store.claim_next(store.ep_a, ["inbox"], 10)).lease_id
     clock.advance(11)
-    assert await store.heartbeat(store.ep_a, tid, 60) is None
-    assert await store.ack(store.ep_a, tid, {"late": True}) is None
-    assert await store.fail(store.ep_a, tid, "late", retry=True) is None
+    assert await store.heartbeat(store.ep_a, tid, late, 60) is None
+    assert await store.ack(store.ep_a, tid, late, {"late": True}) is None
+    assert await store.fail(store.ep_a, tid, late, "late", retry=True) is None
     moved = await store.requeue_expired_leases()
     assert [t.todo_id for t in moved] == [tid]
     fresh = await store.claim_next(store.ep_a, ["inbox"], 10)
-    assert fresh.attempt == 2
-    assert (await store.ack(store.ep_a, tid, {"ok": True})).status == "done"
+    assert fresh.attempt == 2 and fresh.lease_id != late
+    # the first claim's handle moves nothing under the second claim
+    assert await store.heartbeat(store.ep_a, tid, late, 60) is None
+    assert await store.ack(store.ep_a, tid, late, {"late": True}) is None
+    assert await store.fail(store.ep_a, tid, late, "late", retry=True) is None
+    assert (await store.ack(store.ep_a, tid, fresh.lease_id, {"ok": True})).status == "done"
 
 
 async def test_a_fan_out_delivery_is_one_insert_and_a_redelivery_of_part_of_it_dedups_that_part(
