@@ -71,6 +71,13 @@ async def seed(
     return ids
 
 
+async def pruned(store: TodoRetention, limit: int) -> int:
+    """Todos one batch deleted (None would mean another sweeper held the lock: not here)."""
+    batch = await store.prune_batch(CUTOFF, limit)
+    assert batch is not None
+    return batch.todos
+
+
 async def count(db: Database, table: Any, **where: Any) -> int:
     stmt = select(func.count()).select_from(table)
     for column, value in where.items():
@@ -113,10 +120,10 @@ async def test_a_batch_takes_at_most_its_limit_oldest_first(database: Database) 
     newer = await seed(database, ep, "dead", CUTOFF - DAY_MS, n=2)
     store = TodoRetention(database)
 
-    assert (await store.prune_batch(CUTOFF, 2)).todos == 2
+    assert await pruned(store, 2) == 2
     assert await count(database, todos, id=older[:2]) == 0
     assert await count(database, todos, id=[older[2], *newer]) == 3
-    assert [(await store.prune_batch(CUTOFF, 2)).todos for _ in range(3)] == [2, 1, 0]
+    assert [await pruned(store, 2) for _ in range(3)] == [2, 1, 0]
     assert await store.oldest_terminal_ms() is None
 
 
@@ -149,7 +156,7 @@ async def test_sqlite_gives_the_pages_back_to_the_file(tmp_path: Path, sqlite_ur
         full = path.stat().st_size
         store = TodoRetention(db)
 
-        assert (await store.prune_batch(CUTOFF, 100)).todos == 40
+        assert await pruned(store, 100) == 40
         assert await store.return_space() > 1000  # pages
         await db.sqlite_autocommit([("PRAGMA wal_checkpoint(TRUNCATE)", ())])
         assert (await db.sqlite_fetch("PRAGMA freelist_count", {}))[0][0] == 0
