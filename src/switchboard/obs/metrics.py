@@ -230,6 +230,11 @@ class Metrics:
             ["table"],
             registry=r,
         )
+        self.retention_sweeps = Counter(
+            "switchboard_retention_sweeps_total",
+            "Retention sweeps this instance finished (each deletes what is past retention, maybe nothing).",
+            registry=r,
+        )
         self.retention_oldest_terminal = Gauge(
             "switchboard_retention_oldest_terminal_seconds",
             "Age of the oldest terminal todo kept, as of the last retention sweep (0 when none).",

@@ -36,7 +36,6 @@ class RetentionSweeper:
         self.store, self.metrics, self.clock, self.policy = store, metrics, clock, policy
         self._task: asyncio.Task[None] | None = None
         self._counters = {t: metrics.retention_pruned.labels(table=t) for t in Pruned().by_table()}
-        self.sweeps = 0  # passes finished
 
     async def sweep_once(self) -> dict[str, int]:
         """One pass: batches until none is full (or another instance holds the batch lock); then the
@@ -60,7 +59,7 @@ class RetentionSweeper:
         oldest = await self.store.oldest_terminal_ms()
         age = 0.0 if oldest is None else max(0.0, self.clock.now() - oldest / 1000)
         self.metrics.retention_oldest_terminal.set(age)
-        self.sweeps += 1
+        self.metrics.retention_sweeps.inc()
         if totals["todos"]:
             log.info(
                 "retention sweep",
