@@ -36,7 +36,7 @@ async def rows(db_url: str) -> dict[str, tuple[str, int, bool]]:
     engine = create_async_engine(db_url)
     try:
         async with engine.connect() as conn:
-            events = dict(
+            events: dict[str, int] = dict(
                 (
                     await conn.execute(
                         select(todo_events.c.todo_id, func.count()).group_by(todo_events.c.todo_id)
