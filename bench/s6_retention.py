@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -39,6 +40,7 @@ TERMINAL = 1_000_000
 PENDING = 20_000
 WINDOW = 45.0
 INTERVAL = 5.0
+BATCH = int(os.environ.get("S6_BATCH", "100"))  # SWITCHBOARD_RETENTION_BATCH
 INGEST_RATE = 40.0
 CLAIM_RATE = 40.0
 CLAIMERS = 4
@@ -148,7 +150,9 @@ def pruned(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> flo
 async def run(bench: Bench) -> dict[str, Any]:
     terminal = 100_000 if bench.quick else TERMINAL
     seconds = 15.0 if bench.quick else WINDOW
-    settings = bench.settings("s6", retention_interval_seconds=INTERVAL, mcp_rate_per_minute=1_000_000)
+    settings = bench.settings(
+        "s6", retention_interval_seconds=INTERVAL, retention_batch=BATCH, mcp_rate_per_minute=1_000_000
+    )
     bench.progress.phase("s6 world + seed", 120)
     world = await build_world(settings, endpoints=SOURCES)
     db_path = Path(settings["data_dir"]) / "switchboard.db"

@@ -22,7 +22,7 @@ from switchboard.obs.health import readiness
 from switchboard.obs.logs import get_logger
 from switchboard.obs.queues import refresh_queue_gauges
 from switchboard.ops import ensure_schema
-from switchboard.queue.retention import RetentionPolicy, RetentionSweeper
+from switchboard.queue.retention import PG_BATCH, SQLITE_BATCH, RetentionPolicy, RetentionSweeper
 from switchboard.queue.sweeper import Sweeper
 from switchboard.services import Services
 from switchboard.sessioncap import SessionCap
@@ -80,7 +80,9 @@ def create_app(services: Services, *, components: Sequence[Component] | None = N
         services.metrics,
         services.clock,
         RetentionPolicy(
-            settings.retention_hours * 3600, settings.retention_interval_seconds, settings.retention_batch
+            settings.retention_hours * 3600,
+            settings.retention_interval_seconds,
+            settings.retention_batch or (SQLITE_BATCH if services.db.is_sqlite else PG_BATCH),
         ),
     )
     services.parts.add(retention)

@@ -109,7 +109,8 @@ class Settings(BaseSettings):
     # history are deleted this long after their last change; 0 keeps them for ever.
     retention_hours: float = Field(default=168.0, ge=0)
     retention_interval_seconds: float = Field(default=300.0, gt=0)  # between two sweeps
-    retention_batch: int = Field(default=500, ge=1, le=5000)  # todos per delete statement
+    # Todos per batch. Unset: 100 on SQLite (a batch holds its one write lock), 500 on PostgreSQL.
+    retention_batch: int | None = Field(default=None, ge=1, le=5000)
 
     @field_validator("database_url")
     @classmethod

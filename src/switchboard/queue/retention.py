@@ -21,7 +21,12 @@ log = get_logger("switchboard.retention")
 # Between two batches the sweep waits at least PAUSE_MIN seconds and at least PAUSE_RATIO times what the
 # batch took: at most a tenth of the time in batches, whatever the disk's speed.
 PAUSE_MIN = 0.02
+# SWITCHBOARD_RETENTION_BATCH's defaults: on SQLite a batch holds the one write lock every claim and
+# ingest needs, so it is kept to about a millisecond (bench scenario s6).
+SQLITE_BATCH = 100
+PG_BATCH = 500
 PAUSE_RATIO = 9.0
+VACUUM_STEPS = 2048  # incremental_vacuum steps per sweep at most (of store.todo_retention.VACUUM_PAGES)
 
 
 @dataclass(frozen=True)
@@ -54,8 +59,8 @@ class RetentionSweeper:
                     self._counters[table].inc(n)
             if pruned.todos < self.policy.batch:
                 break
-            await asyncio.sleep(max(PAUSE_MIN, (time.monotonic() - t0) * PAUSE_RATIO))
-        freed = await self.store.return_space() if totals["todos"] else 0
+            await self._pause(t0)
+        freed = await self._return_space()  # every sweep: one capped at VACUUM_STEPS left some
         oldest = await self.store.oldest_terminal_ms()
         age = 0.0 if oldest is None else max(0.0, self.clock.now() - oldest / 1000)
         self.metrics.retention_oldest_terminal.set(age)
@@ -69,6 +74,22 @@ class RetentionSweeper:
                 took_ms=round((time.monotonic() - started) * 1000),
             )
         return totals
+
+    async def _pause(self, since: float) -> None:
+        await asyncio.sleep(max(PAUSE_MIN, (time.monotonic() - since) * PAUSE_RATIO))
+
+    async def _return_space(self) -> int:
+        """SQLite: the free pages back to the file, a short step at a time, paused like the batches;
+        at most ``VACUUM_STEPS`` steps per sweep (the next sweep goes on)."""
+        freed = 0
+        for _ in range(VACUUM_STEPS):
+            t0 = time.monotonic()
+            step = await self.store.return_space()
+            if not step:
+                break
+            freed += step
+            await self._pause(t0)
+        return freed
 
     def start(self) -> None:
         if self.policy.retention_seconds > 0:

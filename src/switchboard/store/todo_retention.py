@@ -15,7 +15,7 @@ event log) goes by ON DELETE CASCADE; every SQLite connection runs ``PRAGMA fore
 * SQLite: the batch is one work of the group-commit writer (store/sqlite_writer.py) when there is one,
   so it queues behind this process's claims and acks like any other write and holds the write lock
   only while SQLite deletes; otherwise (a database in memory) ``sqlite_transaction``. Pages freed go
-  back to the file with ``PRAGMA incremental_vacuum`` in small autocommit steps.
+  back to the file with ``PRAGMA incremental_vacuum`` in small autocommit steps, paused between.
 
 Ingest and claim never touch a terminal row (ingest's dedup index covers live rows only, claim takes
 pending ones), so no batch holds a lock they wait on; a batch only shares SQLite's one write lock.
@@ -33,8 +33,7 @@ from switchboard.store.direct_writes import sqlite_errors
 TERMINAL = "status IN ('done', 'dead', 'canceled')"  # ix_todos_terminal's predicate, literally
 # pg_try_advisory_xact_lock key: one instance runs a retention batch at a time.
 RETENTION_LOCK = 0x5B0A_2D28
-VACUUM_PAGES = 256  # pages one incremental_vacuum step gives back (1 MiB at 4 KiB pages)
-VACUUM_STEPS = 64  # steps per sweep at most; the next sweep continues
+VACUUM_PAGES = 64  # pages one incremental_vacuum step gives back (256 KiB at 4 KiB pages)
 PG_LOCK_TIMEOUT = "1s"
 
 _PICK_PG = (
@@ -81,23 +80,21 @@ class TodoRetention:
             value = await pg.fetchval(_OLDEST)
         return None if value is None else int(value)
 
-    async def return_space(self) -> int:
-        """SQLite: give free pages back to the file (auto_vacuum=INCREMENTAL files only), in steps of
-        ``VACUUM_PAGES``, each its own short write; returns the pages freed. 0 on PostgreSQL, whose
-        autovacuum makes the space reusable in place."""
+    async def return_space(self) -> int | None:
+        """SQLite: one short step giving up to ``VACUUM_PAGES`` free pages back to the file (a write of
+        its own); the pages freed, 0 when none was free, None when the file cannot (PostgreSQL, whose
+        autovacuum makes the space reusable in place, or a SQLite file made before auto_vacuum was
+        INCREMENTAL). The sweep repeats it, pausing between steps."""
         if not self.db.is_sqlite:
-            return 0
+            return None
         mode = await self.db.sqlite_fetch("PRAGMA auto_vacuum", {})
         if not mode or int(mode[0][0]) != 2:  # 2: INCREMENTAL; a file made before it keeps NONE
+            return None
+        before = await self._freelist()
+        if before == 0:
             return 0
-        freed = 0
-        for _ in range(VACUUM_STEPS):
-            before = await self._freelist()
-            if before == 0:
-                break
-            await self._vacuum_step()
-            freed += before - await self._freelist()
-        return freed
+        await self._vacuum_step()
+        return max(0, before - await self._freelist())
 
     async def _vacuum_step(self) -> None:
         """One ``incremental_vacuum`` in autocommit, run to its end: the driver's ``execute`` steps a

@@ -157,7 +157,11 @@ async def test_sqlite_gives_the_pages_back_to_the_file(tmp_path: Path, sqlite_ur
         store = TodoRetention(db)
 
         assert await pruned(store, 100) == 40
-        assert await store.return_space() > 1000  # pages
+        freed = 0
+        while step := await store.return_space():
+            assert step <= 64  # one short write at a time
+            freed += step
+        assert freed > 1000  # pages
         await db.sqlite_autocommit([("PRAGMA wal_checkpoint(TRUNCATE)", ())])
         assert (await db.sqlite_fetch("PRAGMA freelist_count", {}))[0][0] == 0
         assert path.stat().st_size < full / 4, (full, path.stat().st_size)
