@@ -17,7 +17,7 @@ The load runs in the bench's own process on raw keep-alive connections (:mod:`be
 ingest client's pool), paced so the server is not saturated: a saturated server's p99 measures its
 queue, not the prune's effect. ``python -m bench --only s6`` (``--quick``: 100,000 rows, shorter
 windows). On SQLite, then on the suite's throwaway PostgreSQL (tests/support/pg.py: fsync off, the
-same two cores; ``S6_POSTGRES=0`` skips it). ``S6_BATCH`` / ``S6_PG_BATCH``: SWITCHBOARD_RETENTION_BATCH.
+same two cores; ``S6_POSTGRES=0`` or ``S6_SQLITE=0`` skips one). ``S6_BATCH`` / ``S6_PG_BATCH``: SWITCHBOARD_RETENTION_BATCH.
 """
 
 from __future__ import annotations
@@ -205,7 +205,9 @@ async def run(bench: Bench) -> dict[str, Any]:
     async def seed_sqlite(endpoint_id: str, terminal: int, pending: int, stamp_ms: int) -> None:
         await asyncio.to_thread(seed, db_path, endpoint_id, terminal, pending, stamp_ms)
 
-    results = {"sqlite": await measure(bench, "s6", settings, seed_sqlite, terminal)}
+    results: dict[str, Any] = {}
+    if os.environ.get("S6_SQLITE", "1") == "1":
+        results["sqlite"] = await measure(bench, "s6", settings, seed_sqlite, terminal)
     if os.environ.get("S6_POSTGRES", "1") == "1":
         results["postgresql"] = await _postgres(bench, terminal)
     return results
