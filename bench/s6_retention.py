@@ -226,7 +226,7 @@ async def _postgres(bench: Bench, terminal: int) -> dict[str, Any]:
             "s6-pg",
             database_url=url,
             retention_interval_seconds=INTERVAL,
-            retention_batch=int(os.environ.get("S6_PG_BATCH", "500")),
+            retention_batch=int(os.environ.get("S6_PG_BATCH", "100")),
             mcp_rate_per_minute=1_000_000,
         )
         return await measure(bench, "s6-pg", settings, pg_seeder(url), terminal)

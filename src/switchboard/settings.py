@@ -109,7 +109,7 @@ class Settings(BaseSettings):
     # history are deleted this long after their last change; 0 keeps them for ever.
     retention_hours: float = Field(default=168.0, ge=0)
     retention_interval_seconds: float = Field(default=300.0, gt=0)  # between two sweeps
-    # Todos per batch. Unset: 100 on SQLite (a batch holds its one write lock), 500 on PostgreSQL.
+    # Todos per batch; unset: 100 (queue/retention.py, SQLITE_BATCH and PG_BATCH).
     retention_batch: int | None = Field(default=None, ge=1, le=5000)
 
     @field_validator("database_url")

@@ -21,10 +21,11 @@ log = get_logger("switchboard.retention")
 # Between two batches the sweep waits at least PAUSE_MIN seconds and at least PAUSE_RATIO times what the
 # batch took: at most a tenth of the time in batches, whatever the disk's speed.
 PAUSE_MIN = 0.02
-# SWITCHBOARD_RETENTION_BATCH's defaults: on SQLite a batch holds the one write lock every claim and
-# ingest needs, so it is kept to about a millisecond (bench scenario s6).
+# SWITCHBOARD_RETENTION_BATCH's defaults (bench scenario s6, 1M rows): on SQLite a batch holds the one
+# write lock every claim and ingest needs; on PostgreSQL 500-todo batches took claim p99 to 4.3x (the
+# cascades' and index deletes' CPU on a 2-core box), 100 kept it at 1.2x.
 SQLITE_BATCH = 100
-PG_BATCH = 500
+PG_BATCH = 100
 PAUSE_RATIO = 9.0
 VACUUM_STEPS = 2048  # incremental_vacuum steps per sweep at most (of store.todo_retention.VACUUM_PAGES)
 
