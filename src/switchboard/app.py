@@ -22,10 +22,12 @@ from switchboard.obs.health import readiness
 from switchboard.obs.logs import get_logger
 from switchboard.obs.queues import refresh_queue_gauges
 from switchboard.ops import ensure_schema
+from switchboard.queue.retention import PG_BATCH, SQLITE_BATCH, RetentionPolicy, RetentionSweeper
 from switchboard.queue.sweeper import Sweeper
 from switchboard.services import Services
 from switchboard.sessioncap import SessionCap
 from switchboard.store.relay import ClusterRelay
+from switchboard.store.todo_retention import TodoRetention
 
 # SQLite pages each of the server's pooled connections keeps (SQLite's default: 2,000 KiB each). A
 # connection's cache is dropped whenever another connection has written since its last transaction,
@@ -73,6 +75,17 @@ def create_app(services: Services, *, components: Sequence[Component] | None = N
     ingest = Ingest(services)
     sweeper = Sweeper(services.todos, settings.reaper_interval)
     services.parts.add(sweeper)
+    retention = RetentionSweeper(
+        TodoRetention(services.db),
+        services.metrics,
+        services.clock,
+        RetentionPolicy(
+            settings.retention_hours * 3600,
+            settings.retention_interval_seconds,
+            settings.retention_batch or (SQLITE_BATCH if services.db.is_sqlite else PG_BATCH),
+        ),
+    )
+    services.parts.add(retention)
     mcp = build_mcp(services, extra_tools=[tool for c in components for tool in c.mcp_tools()])
     services.parts.add(mcp)
 
@@ -110,6 +123,8 @@ def create_app(services: Services, *, components: Sequence[Component] | None = N
             await stack.enter_async_context(mcp.run())
             sweeper.start()
             stack.push_async_callback(sweeper.stop)
+            retention.start()
+            stack.push_async_callback(retention.stop)
             log.info("switchboard started", version=__version__, instance=services.instance_id)
             yield
         await services.close()

@@ -105,6 +105,13 @@ class Settings(BaseSettings):
     oauth_refresh_token_days: float = 30.0
     oauth_registrations_per_hour: int = 20
 
+    # Retention (docs/reliability.md, "Retention"): terminal todos (done, dead, canceled) and their
+    # history are deleted this long after their last change; 0 keeps them for ever.
+    retention_hours: float = Field(default=168.0, ge=0)
+    retention_interval_seconds: float = Field(default=300.0, gt=0)  # between two sweeps
+    # Todos per batch; unset: 100 (queue/retention.py, SQLITE_BATCH and PG_BATCH).
+    retention_batch: int | None = Field(default=None, ge=1, le=5000)
+
     @field_validator("database_url")
     @classmethod
     def _database_url_form(cls, value: str | None) -> str | None:

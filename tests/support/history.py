@@ -47,6 +47,7 @@ EARLIER = (
 
 # Revisions that only inspect and add what is missing: a database stamped back below one upgrades again.
 IDEMPOTENT = (
+    "retention",
     "todo_leases",
     "todo_state_indexes",
     "endpoint_epoch",

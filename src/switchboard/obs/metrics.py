@@ -222,6 +222,25 @@ class Metrics:
             registry=r,
         )
 
+        # The retention sweep (queue/retention.py, docs/reliability.md "Retention").
+        self.retention_pruned = Counter(
+            "switchboard_retention_pruned_total",
+            "Rows the retention sweep deleted, by table (todos, todo_events, a2a_tasks; rows below an "
+            "A2A task go by cascade, uncounted).",
+            ["table"],
+            registry=r,
+        )
+        self.retention_sweeps = Counter(
+            "switchboard_retention_sweeps_total",
+            "Retention sweeps this instance finished (each deletes what is past retention, maybe nothing).",
+            registry=r,
+        )
+        self.retention_oldest_terminal = Gauge(
+            "switchboard_retention_oldest_terminal_seconds",
+            "Age of the oldest terminal todo kept, as of the last retention sweep (0 when none).",
+            registry=r,
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 

@@ -105,6 +105,7 @@ a2a_push_outbox = Table(
     UniqueConstraint("config_id", "seq"),
     Index("ix_a2a_push_outbox_due", "status", "due_at"),
     Index("ix_a2a_push_outbox_head", "config_id", "status", "seq"),
+    Index("ix_a2a_push_outbox_task", "task_id"),  # a task's delete cascades here (migration retention)
 )
 
 # Migration 0005 (issue 20). Every transition's StreamResponse, in sequence order: what SSE streams

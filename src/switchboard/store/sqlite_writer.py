@@ -79,7 +79,11 @@ BEGIN_RETRY_MAX = 0.001  # and its longest
 
 # Every connection to the database file runs these first: the pool's (db.py) and the writer's. WAL so
 # readers never wait for a writer; a busy timeout so writers queue on the lock instead of failing.
+# auto_vacuum first: it takes effect only on a file with no tables yet, and before journal_mode=WAL
+# writes the header (a new database can then give the retention sweep's freed pages back to the file
+# with PRAGMA incremental_vacuum; on an existing file it changes nothing, docs/reliability.md).
 PRAGMAS = (
+    "PRAGMA auto_vacuum=INCREMENTAL",
     "PRAGMA journal_mode=WAL",
     f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}",
     "PRAGMA foreign_keys=ON",

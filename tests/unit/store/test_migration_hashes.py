@@ -32,6 +32,7 @@ LANDED = {
     "0013_endpoint_epoch.py": "4d275decc3b4f4fec6b635c5789d8f8474ef351b3c6318cb2c8e992dc3eea436",
     "0014_todo_state_indexes.py": "bb3fedfc6f3591489174892e1509779de6170e209932d2ec0438e9b12ed69661",
     "0015_todo_leases.py": "329cdca334f1c47550a4ce688a9c2b24a9dd15566a5b7973c7fd268633e0efb6",
+    "0016_retention.py": "c2a14da778244089f6ab889ff53875817b4749b6ff47eca369f9e7343ba82efc",
 }
 
 
