@@ -1,23 +1,32 @@
-"""SessionCap's stream cap: a credential holding its cap of open streams has its oldest one ended when
-another request arrives; quick requests in flight never count (the scan is skipped under the cap)."""
+"""SessionCap's stream cap: an endpoint holding its cap of open streams has its oldest one ended when
+another request arrives; quick requests in flight never count (the scan is skipped under the cap). It
+keys on the endpoint the request authenticated as (``scope["user"]``), never on the header text; a
+request without an authenticated user passes uncounted. The session cap, end to end:
+tests/conformance/test_limits_by_identity.py."""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from switchboard import sessioncap
+from switchboard.mcp.auth import ENDPOINT_CLAIM, EndpointAccess, authenticated_endpoint
 from switchboard.sessioncap import SessionCap
 
 
-def _scope(token: bytes) -> Scope:
+def _scope(endpoint: str, header: bytes | None = None) -> Scope:
+    """A GET as the SDK's authentication hands it on: the verified endpoint in ``user``; the header
+    text is whatever the client sent (it must not matter)."""
+    access = EndpointAccess(token="t", client_id=endpoint, scopes=[], claims={ENDPOINT_CLAIM: endpoint})
     return {
         "type": "http",
         "method": "GET",
         "path": "/mcp",
-        "headers": [(b"authorization", b"Bearer " + token)],
+        "headers": [(b"authorization", header or b"Bearer " + endpoint.encode())],
+        "user": AuthenticatedUser(access),
     }
 
 
@@ -57,18 +66,38 @@ async def test_the_oldest_stream_past_the_cap_is_ended(monkeypatch: pytest.Monke
     async def route(scope: Scope, receive: Receive, send: Send) -> None:
         await apps[scope["n"]](scope, receive, send)
 
-    cap = SessionCap(route, sessions=8, streams=2)
-    first = asyncio.create_task(cap({**_scope(b"a"), "n": 0}, server_receive(), send))
+    cap = SessionCap(route, authenticated_endpoint, sessions=8, streams=2)
+    first = asyncio.create_task(cap({**_scope("a", b"Bearer x"), "n": 0}, server_receive(), send))
     await listening[0].wait()
-    second = asyncio.create_task(cap({**_scope(b"a"), "n": 1}, server_receive(), send))
+    second = asyncio.create_task(cap({**_scope("a", b"bearer y"), "n": 1}, server_receive(), send))
     await listening[1].wait()
-    other = asyncio.create_task(cap({**_scope(b"b"), "n": 2}, server_receive(), send))  # another credential
+    other = asyncio.create_task(cap({**_scope("b", b"Bearer x"), "n": 2}, server_receive(), send))
     await listening[2].wait()
     assert ended == []  # two streams for "a" is its cap, one for "b": nothing ended
     apps.append(app_for(0))
     listening.append(asyncio.Event())
-    third = asyncio.create_task(cap({**_scope(b"a"), "n": 3}, server_receive(), send))
+    # Another spelling of the header, the same endpoint: its oldest stream goes.
+    third = asyncio.create_task(cap({**_scope("a", b"BEARER z"), "n": 3}, server_receive(), send))
     await asyncio.wait_for(first, 5)  # "a"'s oldest stream was told its client went away
     assert ended == [0]
     closed.set()
     await asyncio.wait_for(asyncio.gather(second, other, third), 5)
+
+
+async def test_a_request_that_did_not_authenticate_is_not_counted() -> None:
+    seen: list[Scope] = []
+
+    async def app(scope: Scope, _receive: Receive, _send: Send) -> None:
+        seen.append(scope)
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(_message: Message) -> None:
+        return None
+
+    cap = SessionCap(app, authenticated_endpoint, sessions=1, streams=1)
+    scope = {**_scope("a"), "user": None}
+    await cap(scope, receive, send)
+    assert seen == [scope]  # handed on untouched (the SDK answers 401)
+    assert cap.credentials == {}
