@@ -65,6 +65,11 @@ class Credential:
     sessions: OrderedDict[str, float] = field(default_factory=OrderedDict)  # sid -> last used, LRU first
     inflight: OrderedDict[int, Inflight] = field(default_factory=OrderedDict)  # oldest first
     opening: int = 0  # initialize requests being answered: each may open a session
+    closing: int = 0  # sessions past the cap whose DELETE the SDK is still answering
+
+    def held(self) -> int:
+        """Sessions the SDK may hold for this endpoint now: open, opening, or not closed yet."""
+        return len(self.sessions) + self.opening + self.closing
 
 
 BUSY_BODY = json.dumps(
@@ -132,13 +137,22 @@ class SessionCap:
                     "mcp streams closed: too many open for one credential", streams=self.max_streams, closed=n
                 )
         opened: list[str] = []
+        answer = [False, False]  # response started, response complete
+
+        async def tracking_send(message: Message) -> None:
+            kind = message["type"]
+            if kind == "http.response.start":
+                answer[0] = True
+            elif kind == "http.response.body" and not message.get("more_body", False):
+                answer[1] = True
+            await send(message)
 
         async def watching_send(message: Message) -> None:
             if message["type"] == "http.response.start" and sid is None and message["status"] == 200:
                 for name, value in message.get("headers", ()):
                     if name.lower() == SESSION_HEADER:
                         opened.append(value.decode("latin-1"))
-            await send(message)
+            await tracking_send(message)
 
         body_read = False
 
@@ -169,14 +183,18 @@ class SessionCap:
         reserves = opens and scope.get("method") == "POST"
         try:
             if reserves:
-                while cred.sessions and len(cred.sessions) + cred.opening >= self.max_sessions:
+                while cred.sessions and cred.held() >= self.max_sessions:
                     await self._close_one(scope, cred)  # room first: never one session past the cap
-                if len(cred.sessions) + cred.opening >= self.max_sessions:
+                if cred.held() >= self.max_sessions:
                     await _busy(send)
                     return
                 cred.opening += 1
             try:
-                await self.app(scope, ending_receive, watching_send if opens else send)
+                await self.app(scope, ending_receive, watching_send if opens else tracking_send)
+                if me.ended.is_set() and answer[0] and not answer[1]:
+                    # A stream this ended: the SDK stops as for a client gone and leaves its answer
+                    # open; close it, so the client sees the stream end (not a cut connection).
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
             finally:
                 if reserves:
                     cred.opening -= 1
@@ -188,7 +206,7 @@ class SessionCap:
             cred.sessions[new_sid] = time.monotonic()
             while len(cred.sessions) > self.max_sessions:
                 await self._close_one(scope, cred)
-        if not cred.sessions and not cred.inflight and not cred.opening:
+        if not cred.sessions and not cred.inflight and not cred.opening and not cred.closing:
             self.credentials.pop(key, None)
 
     async def _close_one(self, scope: Scope, cred: Credential) -> None:
@@ -214,7 +232,11 @@ class SessionCap:
         async def discard(_message: Message) -> None:
             return None
 
-        await self.app(delete_scope, no_body, discard)
+        cred.closing += 1
+        try:
+            await self.app(delete_scope, no_body, discard)
+        finally:
+            cred.closing -= 1
         if (n := self.closed_sessions.hit()) is not None:
             log.info(
                 "mcp sessions closed: too many open for one credential", sessions=self.max_sessions, closed=n
