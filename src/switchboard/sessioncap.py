@@ -181,6 +181,12 @@ class SessionCap:
         parsed = scope.get(PARSED_BODY)
         opens = sid is None and not (isinstance(parsed, dict) and parsed.get("method") != "initialize")
         reserves = opens and scope.get("method") == "POST"
+        # Only an SSE answer can be left open when this ends it (a JSON answer always completes): only
+        # those (and initialize) get a wrapper around every message they send.
+        sse = scope.get("method") == "GET" or (
+            isinstance(parsed, dict) and parsed.get("method") == "subscriptions/listen"
+        )
+        chosen = watching_send if opens else tracking_send if sse else send
         try:
             if reserves:
                 while cred.sessions and cred.held() >= self.max_sessions:
@@ -190,7 +196,7 @@ class SessionCap:
                     return
                 cred.opening += 1
             try:
-                await self.app(scope, ending_receive, watching_send if opens else tracking_send)
+                await self.app(scope, ending_receive, chosen)
                 if me.ended.is_set() and answer[0] and not answer[1]:
                     # A stream this ended: the SDK stops as for a client gone and leaves its answer
                     # open; close it, so the client sees the stream end (not a cut connection).
