@@ -23,10 +23,15 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import SubscriptionLost
 
+from switchboard.mcp.doorbell import doorbell_uri
 from switchboard.verbs import A2A
-from tests.conformance.harness import Conf, ServerSpec, unique
+from tests.conformance.harness import Conf, ServerSpec, tenant, unique, wait_until
 from tests.support.mcp_client import agent
 
 SESSIONS_PER_ENDPOINT = 2
@@ -322,6 +327,58 @@ async def test_streams_are_counted_per_endpoint_whatever_the_spelling(conf: Conf
             # The victim's stream, older than both, was not the one ended, and its session answers.
             assert (await rpc(http, victim_sid, "ping", None, f"Bearer {victim}")).status_code == 200
             assert not ended[victim_sid].is_set()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_listen_streams_are_counted_per_endpoint_whatever_the_spelling(conf: Conf) -> None:
+    """2026-07-28 ``subscriptions/listen`` streams through the official SDK client: two of one endpoint
+    (its cap), each client with another spelling of ``Bearer``, then a call from a third: the endpoint's
+    oldest listen ends (the SDK client raises ``SubscriptionLost``: re-listen and refetch). Another
+    endpoint's listen, opened first, still hears its doorbell."""
+    greedy_slug = unique("lim")
+    async with conf.human("alice") as person:
+        greedy = await person.vend(greedy_slug, ("inbox",), ["claim_next"])
+    async with tenant(conf, who="bob", verbs=["claim_next"]) as victim:
+        heard: dict[str, list[Any]] = {}
+        opened: dict[str, asyncio.Event] = {}
+        ended: dict[str, asyncio.Event] = {}
+
+        async def listener(name: str, authorization: str, uri: str) -> None:
+            try:
+                async with (
+                    httpx2.AsyncClient(headers={"Authorization": authorization}, timeout=60) as http,
+                    Client(streamable_http_client(conf.mcp_url, http_client=http)) as client,
+                    client.listen(resource_subscriptions=[uri]) as sub,
+                ):
+                    opened[name].set()
+                    async for event in sub:
+                        heard[name].append(event)
+            except* SubscriptionLost:  # what the SDK client says of a listen the cap ended: re-listen
+                pass
+            ended[name].set()
+
+        listeners = (
+            ("victim", f"Bearer {victim.token}", doorbell_uri(victim.slug)),
+            ("first", f"bearer {greedy}", doorbell_uri(greedy_slug)),
+            ("second", f"BEARER   {greedy}", doorbell_uri(greedy_slug)),
+        )
+        tasks = []
+        for name, authorization, uri in listeners:
+            heard[name], opened[name], ended[name] = [], asyncio.Event(), asyncio.Event()
+            tasks.append(asyncio.create_task(listener(name, authorization, uri)))
+            await asyncio.wait_for(opened[name].wait(), 30)
+        try:
+            await asyncio.sleep(5.5)  # a request open longer than 5 s is a stream (sessioncap.STREAM_AGE)
+            async with agent(conf.mcp_url, greedy) as third:
+                assert (await third.ok("claim_next"))["todo"] is None
+            await asyncio.wait_for(ended["first"].wait(), 15)  # the endpoint's oldest listen
+            assert not ended["second"].is_set() and not ended["victim"].is_set()
+            todo_id = await victim.todo("the victim still hears its doorbell")
+            await wait_until(lambda: heard["victim"], timeout=15, what="the victim's ring")
+            assert not ended["victim"].is_set(), todo_id
         finally:
             for task in tasks:
                 task.cancel()
