@@ -101,3 +101,61 @@ async def test_a_request_that_did_not_authenticate_is_not_counted() -> None:
     await cap(scope, receive, send)
     assert seen == [scope]  # handed on untouched (the SDK answers 401)
     assert cap.credentials == {}
+
+
+def _initialize(endpoint: str) -> Scope:
+    from switchboard.boundary import PARSED_BODY
+
+    return {**_scope(endpoint), "method": "POST", PARSED_BODY: {"method": "initialize"}}
+
+
+async def test_an_endpoint_never_holds_more_sessions_than_its_cap_not_even_in_a_burst() -> None:
+    """A session is closed before another opens past the cap; when every slot is an initialize still
+    being answered, the next one is refused with 429 (the SDK would have opened one past the cap)."""
+    release = asyncio.Event()
+    ids = iter(range(100))
+    live: set[str] = set()
+    most = 0
+
+    async def app(scope: Scope, _receive: Receive, send: Send) -> None:
+        nonlocal most
+        if scope["method"] == "DELETE":
+            live.discard(dict(scope["headers"])[b"mcp-session-id"].decode())
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        await release.wait()
+        sid = f"s{next(ids)}"
+        live.add(sid)
+        most = max(most, len(live))
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": [(b"mcp-session-id", sid.encode())]}
+        )
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    statuses: list[int] = []
+    refused = asyncio.Event()
+
+    def recorder() -> Send:
+        async def send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                statuses.append(message["status"])
+                if statuses.count(429) == 3:
+                    refused.set()
+
+        return send
+
+    cap = SessionCap(app, authenticated_endpoint, sessions=2, streams=8)
+    burst = [asyncio.create_task(cap(_initialize("a"), receive, recorder())) for _ in range(5)]
+    other = asyncio.create_task(cap(_initialize("b"), receive, recorder()))  # another endpoint's own slots
+    await asyncio.wait_for(refused.wait(), 5)
+    assert sorted(statuses) == [429, 429, 429]  # the two slots are initializes still being answered
+    release.set()
+    await asyncio.wait_for(asyncio.gather(*burst, other), 5)
+    assert sorted(statuses) == [200, 200, 200, 429, 429, 429]
+    for _ in range(4):  # one at a time past the cap: the oldest is closed first, each time
+        await cap(_initialize("a"), receive, recorder())
+    assert most <= 3 and len(cap.credentials["a"].sessions) == 2  # 2 of "a" and 1 of "b", at most
