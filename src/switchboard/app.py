@@ -15,6 +15,7 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from switchboard import __version__
 from switchboard.a2a.card import A2A_PATH
+from switchboard.authorization import OneAuthorization
 from switchboard.boundary import BaselineHeaders, JsonBoundary, jsonrpc_error, oauth_error
 from switchboard.ingest.app import Ingest
 from switchboard.obs.asgi import McpTiming
@@ -25,7 +26,6 @@ from switchboard.ops import ensure_schema
 from switchboard.queue.retention import PG_BATCH, SQLITE_BATCH, RetentionPolicy, RetentionSweeper
 from switchboard.queue.sweeper import Sweeper
 from switchboard.services import Services
-from switchboard.sessioncap import SessionCap
 from switchboard.store.relay import ClusterRelay
 from switchboard.store.todo_retention import TodoRetention
 
@@ -129,15 +129,13 @@ def create_app(services: Services, *, components: Sequence[Component] | None = N
             yield
         await services.close()
 
-    # Per-credential caps on MCP sessions and streams, so no endpoint can fill the instance (sessioncap.py).
-    capped_mcp = SessionCap(
-        mcp.app, sessions=settings.mcp_sessions_per_endpoint, streams=settings.mcp_streams_per_endpoint
-    )
+    # The per-endpoint caps on MCP sessions and streams sit behind the SDK's authentication, inside
+    # mcp.app (sessioncap.py, mcp/server.py).
     routes: list[BaseRoute] = [
         # First: every MCP call matches here at once instead of after every other route's pattern (the
         # web UI's included: about 50 regex matches per call, issue 18). The catch-all Mount below still
         # serves the SDK's other paths (OAuth metadata, /authorize, /token...).
-        Route("/mcp", capped_mcp),
+        Route("/mcp", mcp.app),
         Route("/healthz", healthz),
         Route("/readyz", readyz),
         Route("/metrics", metrics),
@@ -145,11 +143,13 @@ def create_app(services: Services, *, components: Sequence[Component] | None = N
     ]
     for component in components:
         routes.extend(component.routes())
-    routes.append(Mount("/", app=capped_mcp))
+    routes.append(Mount("/", app=mcp.app))
     middleware: list[Middleware] = []
     # Malformed JSON is refused before authentication or any SDK parser sees it (boundary.py).
     json_paths = [("/mcp", jsonrpc_error), (A2A_PATH, jsonrpc_error), ("/register", oauth_error)]
     middleware.insert(0, Middleware(BaselineHeaders))  # outermost: every answer, the SDKs' 404s too
+    # One Authorization header, in one spelling, before any face reads it (authorization.py).
+    middleware.append(Middleware(OneAuthorization))
     middleware.append(Middleware(JsonBoundary, max_body_bytes=settings.max_body_bytes, paths=json_paths))
     middleware.append(Middleware(McpTiming, metrics=services.metrics))
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)

@@ -1,29 +1,36 @@
-"""Per-credential caps on MCP sessions and open streams, in front of the SDK app (docs/mcp.md, "Limits").
+"""Per-endpoint caps on MCP sessions and open streams, behind authentication (docs/mcp.md, "Limits").
 
 The SDK caps sessions per instance only (``max_sessions``, 10,000): one endpoint that opened sessions
 without end filled it in under a minute and every other tenant's ``initialize`` got 503; one endpoint's
-listen streams took every slot the same way. This layer keeps, per bearer credential (so per endpoint
-or per OAuth grant; ``SWITCHBOARD_ENDPOINTS_PER_HUMAN`` bounds how many a human holds):
+listen streams took every slot the same way. This layer keeps, per endpoint the request authenticated
+as (``SWITCHBOARD_ENDPOINTS_PER_HUMAN`` bounds how many a human holds):
 
-- at most ``sessions`` sessions: when a new one opens past the cap, the least recently used session
-  with no request in flight is closed (an ordinary ``DELETE`` with the same credential, through the SDK
-  app), else the least recently used one;
+- at most ``sessions`` sessions: an ``initialize`` that finds them all open first closes the least
+  recently used session with no request in flight (an ordinary ``DELETE`` with the same credential,
+  through the SDK app), else the least recently used one; if every slot is an ``initialize`` still
+  being answered, it is refused with 429. So the endpoint never holds more than its cap, not even for
+  a moment, and cannot push the instance to its ``max_sessions``;
 - at most ``streams`` streams: requests open for more than :data:`STREAM_AGE` seconds (a standalone
   GET stream, a ``subscriptions/listen`` stream). A new request that finds the cap full ends the oldest
   stream, by telling the SDK its client disconnected (the ASGI ``http.disconnect`` message). Many quick
   tool calls in parallel are never affected.
 
-Only the credential's hash is kept. A session the SDK already dropped (idle timeout) is forgotten when
-its turn to be closed comes.
+It runs inside the SDK's authentication (``build_mcp`` wraps the ``/mcp`` route with it) and keys on
+the endpoint id of the verified token in ``scope["user"]``, never on the ``Authorization`` text: another
+spelling of ``Bearer``, another OAuth token of the same endpoint, or a second header (refused before
+anything, ``switchboard.authorization``) is the same endpoint. A request that did not authenticate
+passes through uncounted (the SDK answers 401). A session the SDK already dropped (idle timeout) is
+forgotten when its turn to be closed comes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import itertools
+import json
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -36,7 +43,7 @@ log = get_logger("switchboard.mcp.limits")
 
 SESSION_HEADER = b"mcp-session-id"
 _ids = itertools.count()
-MAX_CREDENTIALS = 50_000
+MAX_CREDENTIALS = 50_000  # endpoints tracked at once (bounded memory)
 # The SDK closes a session idle for 30 minutes (its default, which build_mcp keeps); after that we stop
 # counting it.
 FORGET_AFTER = 1800.0
@@ -53,26 +60,52 @@ class Inflight:
 
 @dataclass
 class Credential:
+    """What one endpoint holds open (the name is older than the keying on the endpoint)."""
+
     sessions: OrderedDict[str, float] = field(default_factory=OrderedDict)  # sid -> last used, LRU first
     inflight: OrderedDict[int, Inflight] = field(default_factory=OrderedDict)  # oldest first
+    opening: int = 0  # initialize requests being answered: each may open a session
+    closing: int = 0  # sessions past the cap whose DELETE the SDK is still answering
+
+    def held(self) -> int:
+        """Sessions the SDK may hold for this endpoint now: open, opening, or not closed yet."""
+        return len(self.sessions) + self.opening + self.closing
+
+
+BUSY_BODY = json.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {
+            "code": -32600,
+            "message": "this endpoint is opening as many sessions at once as it may hold; retry",
+        },
+    }
+).encode()
+
+# Who a request authenticated as: ``switchboard.mcp.auth.authenticated_endpoint`` (the verified token's
+# endpoint id), or None for a request that did not authenticate.
+Identify = Callable[[Scope], str | None]
 
 
 class SessionCap:
-    def __init__(self, app: ASGIApp, *, sessions: int, streams: int, path: str = "/mcp") -> None:
-        self.app, self.max_sessions, self.max_streams, self.path = app, sessions, streams, path
-        self.credentials: dict[bytes, Credential] = {}
+    def __init__(
+        self, app: ASGIApp, identify: Identify, *, sessions: int, streams: int, path: str = "/mcp"
+    ) -> None:
+        self.app, self.identify, self.path = app, identify, path
+        self.max_sessions, self.max_streams = sessions, streams
+        self.credentials: dict[str, Credential] = {}
         self.closed_sessions, self.closed_streams = Coalesced(), Coalesced()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("path") != self.path:
             await self.app(scope, receive, send)
             return
-        headers = dict(scope.get("headers", ()))
-        authorization = headers.get(b"authorization")
-        if not authorization:
+        key = self.identify(scope)
+        if key is None:  # not authenticated: the SDK answers 401, and nothing is counted
             await self.app(scope, receive, send)
             return
-        key = hashlib.sha256(authorization).digest()
+        headers = dict(scope.get("headers", ()))
         cred = self.credentials.get(key)
         if cred is None:
             if len(self.credentials) >= MAX_CREDENTIALS:  # bounded memory: forget the oldest idle entry
@@ -104,13 +137,22 @@ class SessionCap:
                     "mcp streams closed: too many open for one credential", streams=self.max_streams, closed=n
                 )
         opened: list[str] = []
+        answer = [False, False]  # response started, response complete
+
+        async def tracking_send(message: Message) -> None:
+            kind = message["type"]
+            if kind == "http.response.start":
+                answer[0] = True
+            elif kind == "http.response.body" and not message.get("more_body", False):
+                answer[1] = True
+            await send(message)
 
         async def watching_send(message: Message) -> None:
             if message["type"] == "http.response.start" and sid is None and message["status"] == 200:
                 for name, value in message.get("headers", ()):
                     if name.lower() == SESSION_HEADER:
                         opened.append(value.decode("latin-1"))
-            await send(message)
+            await tracking_send(message)
 
         body_read = False
 
@@ -138,8 +180,30 @@ class SessionCap:
         # parsed it) is answered without the watching wrapper around every message it sends.
         parsed = scope.get(PARSED_BODY)
         opens = sid is None and not (isinstance(parsed, dict) and parsed.get("method") != "initialize")
+        reserves = opens and scope.get("method") == "POST"
+        # Only an SSE answer can be left open when this ends it (a JSON answer always completes): only
+        # those (and initialize) get a wrapper around every message they send.
+        sse = scope.get("method") == "GET" or (
+            isinstance(parsed, dict) and parsed.get("method") == "subscriptions/listen"
+        )
+        chosen = watching_send if opens else tracking_send if sse else send
         try:
-            await self.app(scope, ending_receive, watching_send if opens else send)
+            if reserves:
+                while cred.sessions and cred.held() >= self.max_sessions:
+                    await self._close_one(scope, cred)  # room first: never one session past the cap
+                if cred.held() >= self.max_sessions:
+                    await _busy(send)
+                    return
+                cred.opening += 1
+            try:
+                await self.app(scope, ending_receive, chosen)
+                if me.ended.is_set() and answer[0] and not answer[1]:
+                    # A stream this ended: the SDK stops as for a client gone and leaves its answer
+                    # open; close it, so the client sees the stream end (not a cut connection).
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+            finally:
+                if reserves:
+                    cred.opening -= 1
         finally:
             cred.inflight.pop(ticket, None)
             if scope.get("method") == "DELETE" and sid is not None:
@@ -148,7 +212,7 @@ class SessionCap:
             cred.sessions[new_sid] = time.monotonic()
             while len(cred.sessions) > self.max_sessions:
                 await self._close_one(scope, cred)
-        if not cred.sessions and not cred.inflight:
+        if not cred.sessions and not cred.inflight and not cred.opening and not cred.closing:
             self.credentials.pop(key, None)
 
     async def _close_one(self, scope: Scope, cred: Credential) -> None:
@@ -174,8 +238,27 @@ class SessionCap:
         async def discard(_message: Message) -> None:
             return None
 
-        await self.app(delete_scope, no_body, discard)
+        cred.closing += 1
+        try:
+            await self.app(delete_scope, no_body, discard)
+        finally:
+            cred.closing -= 1
         if (n := self.closed_sessions.hit()) is not None:
             log.info(
                 "mcp sessions closed: too many open for one credential", sessions=self.max_sessions, closed=n
             )
+
+
+async def _busy(send: Send) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 429,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(BUSY_BODY)).encode()),
+                (b"retry-after", b"1"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": BUSY_BODY})

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from switchboard import authorization as authorization_header
 from switchboard.services import Services
 from switchboard.store.accounts import Endpoint
 
@@ -62,14 +63,9 @@ async def authenticate_bearer(services: Services, token: str) -> Endpoint | None
 
 
 def bearer_token(authorization: str | None) -> str | None:
-    """The token of an ``Authorization: Bearer <token>`` header (scheme case-insensitive)."""
-    if not authorization:
-        return None
-    scheme, _, token = authorization.strip().partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token or len(token) > 4096:
-        return None
-    return token
+    """The token of an ``Authorization: Bearer <token>`` header: the one parser every face uses
+    (``switchboard.authorization``; ``Bearer`` in any case)."""
+    return authorization_header.bearer_token(authorization)
 
 
 def verbs_needed(method: str, params: Any) -> list[str]:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, RevocationOptions
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -197,6 +198,13 @@ def verifier_for(services: Services) -> EndpointTokenVerifier:
 def endpoint_id_of(access: AccessToken) -> str | None:
     claimed = (access.claims or {}).get(ENDPOINT_CLAIM)
     return claimed if isinstance(claimed, str) and claimed else None
+
+
+def authenticated_endpoint(scope: Scope) -> str | None:
+    """The endpoint id the SDK's bearer check verified this ASGI request as (``scope["user"]``, set by
+    its authentication middleware), or None: what per-endpoint limits key on (sessioncap.py)."""
+    user = scope.get("user")
+    return endpoint_id_of(user.access_token) if isinstance(user, AuthenticatedUser) else None
 
 
 def caller_endpoint_id() -> str | None:

@@ -21,6 +21,7 @@ from mcp_types import INVALID_PARAMS, CallToolResult, Icon, InputRequiredResult,
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from switchboard import __version__
@@ -31,6 +32,7 @@ from switchboard.mcp.auth import (
     GrantNarrowing,
     RegistrationLimit,
     auth_settings,
+    authenticated_endpoint,
     transport_security,
     verifier_for,
 )
@@ -46,6 +48,7 @@ from switchboard.mcp.tools import ToolContext, ToolRegistrar
 from switchboard.obs.logs import get_logger
 from switchboard.ratelimit import WindowLimiter
 from switchboard.services import Services
+from switchboard.sessioncap import SessionCap
 from switchboard.store.errors import Conflict, StoreUnavailable
 from switchboard.store.windows import SharedWindows
 
@@ -154,6 +157,25 @@ async def _server_error(_: Request, exc: Exception) -> Response:
             {"error": "unavailable", "message": UNAVAILABLE_MESSAGE}, 503, {"Retry-After": "5"}
         )
     return PlainTextResponse("Internal Server Error", status_code=500)
+
+
+def _behind_auth(routes: list[Any], services: Services, doorbell: Doorbell) -> None:
+    """Wrap the SDK's ``/mcp`` route, which its authentication middleware reaches with the verified
+    token in ``scope["user"]``: the per-endpoint caps (sessioncap.py) key on that endpoint, and a
+    request that did not authenticate is answered 401 by the route without being counted. The caps'
+    own DELETE of a session past them goes through the stream watch like a client's."""
+    settings = services.settings
+    for route in routes:
+        if isinstance(route, Route) and route.path == "/mcp":
+            watched = StreamWatch(Hangups(route.app), doorbell.sessions)
+            route.app = SessionCap(
+                watched,
+                authenticated_endpoint,
+                sessions=settings.mcp_sessions_per_endpoint,
+                streams=settings.mcp_streams_per_endpoint,
+            )
+            return
+    raise RuntimeError("the MCP SDK app has no /mcp route")  # pragma: no cover - an SDK change
 
 
 @dataclass
@@ -274,5 +296,6 @@ def build_mcp(services: Services, *, extra_tools: Sequence[ToolRegistrar] = ()) 
                 route.app = RevocationForm(route.app)
         sdk_app.router.routes.extend(auth_routes)
     sdk_app.add_exception_handler(Exception, _server_error)
-    app = _StoreGuard(StreamWatch(Hangups(sdk_app), doorbell.sessions))
+    _behind_auth(sdk_app.router.routes, services, doorbell)
+    app = _StoreGuard(sdk_app)
     return McpSurface(server=server, app=app, doorbell=doorbell, tools=tools, verifier=verifier)
