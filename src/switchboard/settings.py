@@ -105,6 +105,10 @@ class Settings(BaseSettings):
     oauth_refresh_token_days: float = 30.0
     oauth_registrations_per_hour: int = 20
 
+    # Egress proxy for every outbound call (docs/self-hosting.md, "Static outbound IPs"):
+    # http://[USER:PASSWORD@]IP:PORT, an HTTP CONNECT proxy named by IP address. Never logged.
+    outbound_proxy: str | None = None
+
     @field_validator("database_url")
     @classmethod
     def _database_url_form(cls, value: str | None) -> str | None:
@@ -121,6 +125,16 @@ class Settings(BaseSettings):
             except (OSError, ssl.SSLError):
                 raise ValueError(f"{value}: not a readable PEM file of CA certificates") from None
         return value
+
+    @field_validator("outbound_proxy")
+    @classmethod
+    def _outbound_proxy_form(cls, value: str | None) -> str | None:
+        if not value or not value.strip():
+            return None
+        from switchboard.push._proxy import parse_proxy_url  # only when set: preflight stays light
+
+        parse_proxy_url(value)  # its ValueError never repeats the URL (it may hold a password)
+        return value.strip()
 
     @field_validator("log_level")
     @classmethod
