@@ -1,14 +1,16 @@
 """The Validator and Sender every outbound call goes through (notify hooks, A2A push), configured from
 the operator's settings and the test seams on Services. One pair per allowlist, cached per instance:
-notify hooks and A2A push have separate allowlists, and everything else is shared. Each Sender keeps
-idle connections; ``Services.close`` closes them on shutdown."""
+notify hooks and A2A push have separate allowlists, and everything else is shared (the egress proxy,
+SWITCHBOARD_OUTBOUND_PROXY, included). Each Sender keeps idle connections; ``Services.close`` closes them
+on shutdown."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from switchboard.push import Sender, Validator
+from switchboard.push import OutboundProxy, Sender, Validator, parse_proxy_url
 from switchboard.services import Services
+from switchboard.settings import Settings
 
 KEPT_SOCKETS = 1024  # idle outbound connections one Sender may keep, over all its targets (docs/push.md)
 
@@ -19,6 +21,11 @@ def keepalive_per_target(workers: int) -> int:
     behind one gateway), the surplus connections were closed as they turned idle and the next attempts
     paid for new TLS handshakes: 417 of them in 10,000 notifications at 1,000/s (scenario 2)."""
     return max(16, workers)
+
+
+def outbound_proxy(settings: Settings) -> OutboundProxy | None:
+    """SWITCHBOARD_OUTBOUND_PROXY, parsed (the settings checked its form at start-up)."""
+    return parse_proxy_url(settings.outbound_proxy) if settings.outbound_proxy else None
 
 
 def parse_cidrs(value: str) -> tuple[str, ...]:
@@ -43,6 +50,7 @@ def outbound_for(services: Services, allow_cidrs: Sequence[str]) -> tuple[Valida
         ssl_context=services.ssl_context,
         max_keepalive_per_target=per_target,
         max_targets=max(1, KEPT_SOCKETS // per_target),
+        proxy=outbound_proxy(s),
     )
     cache[key] = (validator, sender)
     services.on_close.append(sender.aclose)  # its kept connections

@@ -111,6 +111,9 @@ class Settings(BaseSettings):
     retention_interval_seconds: float = Field(default=300.0, gt=0)  # between two sweeps
     # Todos per batch; unset: 100 (queue/retention.py, SQLITE_BATCH and PG_BATCH).
     retention_batch: int | None = Field(default=None, ge=1, le=5000)
+    # Egress proxy for every outbound call (docs/self-hosting.md, "Static outbound IPs"):
+    # http://[USER:PASSWORD@]IP:PORT, an HTTP CONNECT proxy named by IP address. Never logged.
+    outbound_proxy: str | None = None
 
     @field_validator("database_url")
     @classmethod
@@ -128,6 +131,16 @@ class Settings(BaseSettings):
             except (OSError, ssl.SSLError):
                 raise ValueError(f"{value}: not a readable PEM file of CA certificates") from None
         return value
+
+    @field_validator("outbound_proxy")
+    @classmethod
+    def _outbound_proxy_form(cls, value: str | None) -> str | None:
+        if not value or not value.strip():
+            return None
+        from switchboard.push._proxy import parse_proxy_url  # only when set: preflight stays light
+
+        parse_proxy_url(value)  # its ValueError never repeats the URL (it may hold a password)
+        return value.strip()
 
     @field_validator("log_level")
     @classmethod

@@ -36,7 +36,7 @@ from switchboard.a2a.waiter import TaskWaiter
 from switchboard.a2a.worker import DeliveryWorker, Policy
 from switchboard.notify.deliveries import DeliveryLog
 from switchboard.obs.logs import get_logger
-from switchboard.outbound import a2a_outbound
+from switchboard.outbound import a2a_outbound, outbound_proxy
 from switchboard.push import Sender, Validator
 from switchboard.services import Services
 from switchboard.store.transitions import Transition
@@ -156,7 +156,12 @@ class A2AComponent:
         guard_sdk_logs()
 
     def _sender(self, validator: Validator, timeout: float) -> Sender:
-        sender = Sender(validator, timeout=timeout, ssl_context=self.services.ssl_context)
+        sender = Sender(
+            validator,
+            timeout=timeout,
+            ssl_context=self.services.ssl_context,
+            proxy=outbound_proxy(self.services.settings),
+        )
         self.services.on_close.append(sender.aclose)  # its kept connections
         return sender
 

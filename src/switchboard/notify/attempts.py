@@ -216,6 +216,7 @@ class AttemptRunner:
             status=status,
             error=reason,
             stage=err.stage,
+            reason=err.reason,  # the push taxonomy's word (docs/push.md): e.g. which TLS or proxy failure
             fast_fail=err.fast_fail or None,
             duration_ms=round(duration * 1000, 1),
         )

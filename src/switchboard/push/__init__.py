@@ -16,6 +16,7 @@ from ._errors import (
     AttemptTimeout,
     NetworkFailure,
     PermanentClientError,
+    ProxyRefused,
     PushError,
     RedirectRefused,
     RetryableStatus,
@@ -23,6 +24,7 @@ from ._errors import (
     TargetRejected,
     TLSFailure,
 )
+from ._proxy import OutboundProxy, parse_proxy_url
 from ._signer import mint_secret, new_message_id, sign, standard_headers
 from ._transport import USER_AGENT, AttemptResult, Sender
 from ._urls import redact_url
@@ -33,7 +35,9 @@ __all__ = [
     "AttemptResult",
     "AttemptTimeout",
     "NetworkFailure",
+    "OutboundProxy",
     "PermanentClientError",
+    "ProxyRefused",
     "PushError",
     "RedirectRefused",
     "Resolver",
@@ -47,6 +51,7 @@ __all__ = [
     "install_resolver",
     "mint_secret",
     "new_message_id",
+    "parse_proxy_url",
     "redact_url",
     "sign",
     "standard_headers",

@@ -16,7 +16,8 @@ worker process were 4 MiB of each one's memory under an overflow (docs/benchmark
 Here a connection holds what arrived and was not yet read, and ``_TLS_READ`` bytes while decrypting.
 
 :func:`connect_tcp` is the only place a socket is opened; :func:`dial` is the only caller, and it dials
-only the addresses it is given (a ``ValidatedTarget``'s).
+only the addresses it is given (a ``ValidatedTarget``'s), or, with an egress proxy, the proxy, asking it
+for a tunnel to one of those addresses (:mod:`._proxy`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from typing import cast
 
 import h11
 
-from ._errors import NetworkFailure, PushError, Stage, TLSFailure
+from ._errors import NetworkFailure, ProxyRefused, PushError, Stage, TLSFailure
+from ._proxy import OutboundProxy, ProxyError, open_tunnel
 
 #: The most a response head may take (h11 refuses a longer one; httpcore used the same bound).
 MAX_HEAD = 100 * 1024
@@ -56,6 +58,7 @@ class Progress:
         self.body_read = 0  # body bytes read and discarded, counted as they arrive
         self.tls_reason: str | None = None
         self.connect_reason: str | None = None
+        self.proxy_status: int | None = None  # the egress proxy's answer to CONNECT, when it refused
         self.connected = False  # this attempt opened a TCP connection
         self.reused = False  # this attempt's request went out on a connection an earlier one opened
 
@@ -251,16 +254,26 @@ async def connect_tcp(ip: str, port: int) -> tuple[asyncio.Transport, _Wire]:
 
 
 async def dial(
-    ips: Sequence[str], port: int, host: str, ssl_context: ssl.SSLContext | None, progress: Progress
+    ips: Sequence[str],
+    port: int,
+    host: str,
+    ssl_context: ssl.SSLContext | None,
+    progress: Progress,
+    proxy: OutboundProxy | None = None,
 ) -> Connection:
     """Connect to the first of ``ips`` that answers, each given a fair share of the time left (one
-    black-holed address cannot use it all), then TLS verified against ``host``. Raises ``TimeoutError``
-    or ``OSError`` (with ``progress`` saying the stage and reason)."""
+    black-holed address cannot use it all), then TLS verified against ``host``. With a ``proxy``, each
+    address is reached through a CONNECT tunnel naming it, and its share of the time covers the
+    connection to the proxy and the proxy's answer. Raises ``TimeoutError`` or ``OSError`` (with
+    ``progress`` saying the stage and reason)."""
     last: BaseException | None = None
     for index, ip in enumerate(ips):
         try:
             async with asyncio.timeout(progress.remaining() / (len(ips) - index)):
-                transport, wire = await connect_tcp(ip, port)
+                if proxy is None:
+                    transport, wire = await connect_tcp(ip, port)
+                else:
+                    transport, wire = await _tunnel(proxy, ip, port)
         except (TimeoutError, OSError) as exc:
             last = exc
             continue
@@ -268,6 +281,8 @@ async def dial(
     else:
         if isinstance(last, OSError):
             progress.connect_reason = _connect_reason(last)
+            if isinstance(last, ProxyError):
+                progress.proxy_status = last.status
         raise last if last is not None else OSError("no validated address")
     progress.connected = True
     if ssl_context is not None:
@@ -279,6 +294,21 @@ async def dial(
             progress.tls_reason = _tls_reason(exc)
             raise
     return Connection(wire)
+
+
+async def _tunnel(proxy: OutboundProxy, ip: str, port: int) -> tuple[asyncio.Transport, _Wire]:
+    """A connection to the proxy, turned into a tunnel to ``ip``:``port``; the proxy's own connect
+    failure is ``proxy_unreachable``, whatever the errno (the target's reasons would mislead)."""
+    try:
+        transport, wire = await connect_tcp(proxy.ip, proxy.port)
+    except OSError as exc:
+        raise ProxyError("proxy_unreachable") from exc
+    try:
+        await open_tunnel(wire, proxy, ip, port)
+    except BaseException:
+        transport.abort()
+        raise
+    return transport, wire
 
 
 class Connection:
@@ -363,7 +393,10 @@ def failure(exc: BaseException, progress: Progress) -> PushError:
     if stage == "tls":
         return TLSFailure(progress.tls_reason or _tls_reason(exc))
     if stage == "connect":
-        return NetworkFailure(stage="connect", reason=progress.connect_reason or _connect_reason(exc))
+        reason = progress.connect_reason or _connect_reason(exc)
+        if reason == "proxy_refused" and progress.proxy_status is not None:
+            return ProxyRefused(progress.proxy_status)
+        return NetworkFailure(stage="connect", reason=reason)
     if isinstance(exc, h11.ProtocolError | _PeerClosed) and progress.response_bytes:
         return NetworkFailure(stage=stage, reason="protocol")  # it answered, but not in HTTP/1.1
     return NetworkFailure(stage=stage, reason="connection_lost")  # it hung up without a word
@@ -396,6 +429,8 @@ def _tls_reason(exc: BaseException) -> str:
 
 def _connect_reason(exc: BaseException) -> str:
     for cause in _causes(exc):
+        if isinstance(cause, ProxyError):  # before its cause: the proxy's refusal is not the target's
+            return cause.reason
         if isinstance(cause, ConnectionRefusedError):
             return "connection_refused"
         if isinstance(cause, OSError) and cause.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):

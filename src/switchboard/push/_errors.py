@@ -152,7 +152,8 @@ class TLSFailure(PushError):
 class NetworkFailure(PushError):
     """A network-level failure: ``dns`` (the host did not resolve at attempt time),
     ``connection_refused``, ``unreachable``, ``connect_failed``, ``connection_lost``
-    or ``protocol`` (the receiver did not speak valid HTTP/1.1). Retryable.
+    or ``protocol`` (the receiver did not speak valid HTTP/1.1); through an egress proxy also
+    ``proxy_unreachable``, ``proxy_refused`` (:class:`ProxyRefused`) or ``proxy_protocol``. Retryable.
 
     ``fast_fail`` is true when nothing was dialled because the origin refused (or was
     unreachable for) a connection moments ago (docs/push.md, "Fast-fail"); ``stage`` and
@@ -170,6 +171,21 @@ class NetworkFailure(PushError):
     @property
     def retryable(self) -> bool:
         return True
+
+
+class ProxyRefused(NetworkFailure):
+    """The egress proxy (``SWITCHBOARD_OUTBOUND_PROXY``) answered CONNECT with a non-2xx status
+    (``proxy_status``: 403 for a destination its rules deny, 407 for wrong credentials, 502 when it could
+    not reach the address). Not the receiver's status: nothing reached the receiver, so it is a connect
+    failure (``network``), retried like one. The proxy's other failures are plain ``NetworkFailure``s:
+    ``proxy_unreachable`` and ``proxy_protocol``."""
+
+    proxy_status: int
+
+    def __init__(self, proxy_status: int) -> None:
+        message = f"push attempt failed during connect (proxy_refused: the proxy answered {proxy_status})"
+        PushError.__init__(self, message, stage="connect", reason="proxy_refused")
+        self.proxy_status = proxy_status
 
 
 class StatusError(PushError):

@@ -24,6 +24,7 @@ from ._connection import Connection, Headers, dial, failure
 from ._connection import Progress as _Progress
 from ._errors import AttemptTimeout, NetworkFailure, PushError, TargetRejected, error_for_status
 from ._pool import KeptConnections, TargetPool
+from ._proxy import OutboundProxy
 from ._validator import ValidatedTarget, Validator
 
 __all__ = ["USER_AGENT", "AttemptResult", "Sender", "ValidatedTarget"]
@@ -180,7 +181,10 @@ class Sender:
     per key and ``max_targets`` keys (least recently used closed first).
     ``fast_fail_seconds`` (0: off) is how long an origin whose connect was refused or
     unreachable fails further attempts without dialling. ``clock`` (monotonic seconds)
-    times those two windows only; tests inject one. Call :meth:`aclose` on shutdown.
+    times those two windows only; tests inject one. With ``proxy`` (docs/push.md, "Egress
+    proxy") every connection is a CONNECT tunnel through it to a validated address; the
+    proxy is the Sender's for its life, so kept tunnels are per (proxy, target) by
+    construction. Call :meth:`aclose` on shutdown.
     A Sender belongs to one event loop.
     """
 
@@ -196,6 +200,7 @@ class Sender:
         max_targets: int = 64,
         fast_fail_seconds: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
+        proxy: OutboundProxy | None = None,
     ) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be positive")
@@ -214,6 +219,7 @@ class Sender:
             max_targets=max_targets, max_idle=max_keepalive_per_target, expiry=keepalive_expiry, clock=clock
         )
         self._fast = _FastFails(validator, fast_fail_seconds, clock)
+        self._proxy = proxy
 
     async def send(self, url: str, *, body: bytes, headers: Mapping[str, str]) -> AttemptResult:
         """POST ``body`` to ``url`` once. Returns on 2xx; raises a :class:`PushError`
@@ -340,6 +346,7 @@ class Sender:
                         target.host,
                         self._ssl_context if target.scheme == "https" else None,
                         progress,
+                        self._proxy,
                     )
                 status, headers = await connection.request(head, body, progress)
         except TimeoutError:
