@@ -120,6 +120,7 @@ class A2AComponent:
             policy=self.policy,
             deliveries=DeliveryLog(services.db),
         )
+        self.worker.attempts.operator = services.operator  # a push that gives up tells the operator
         self.handler = Handler(
             services,
             tasks=self.tasks,

@@ -47,6 +47,7 @@ from typing import Any
 from switchboard.notify.droplog import DropLog
 from switchboard.notify.wire import RELAYED, line, presence_line, transitions_lines
 from switchboard.obs.logs import get_logger
+from switchboard.operator.sink import replay
 from switchboard.services import Services
 from switchboard.store.presence import PresenceReturn
 from switchboard.store.transitions import Transition
@@ -121,7 +122,7 @@ class RemoteDispatcher:
         ]
         self._stopping = False
         self._stop_requested = asyncio.Event()
-        self._drops = DropLog()
+        self._drops = DropLog(operator=services.operator)
         # a relayed gauge (queue depth) is the sum of every child's latest value
         self._gauges: dict[tuple[str, tuple[tuple[str, str], ...]], list[float]] = {}
 
@@ -420,6 +421,8 @@ class WorkerProcess:
                 message = json.loads(raw)
                 if "m" in message:
                     self.owner.apply_metrics(self.index, message["m"])
+                if "o" in message:  # the child's operator events: sent from this process (one place)
+                    replay(self.owner.services.operator, message["o"])
                 if "tested" in message:
                     test = self._tests.get(int(message["tested"]))
                     if test is not None and not test.done():
