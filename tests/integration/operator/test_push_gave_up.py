@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from standardwebhooks import Webhook
 from switchboard.push import mint_secret
 from tests.integration.a2a.conftest import HOST, a2a_env, message, push_config, send
 from tests.reliability.procs import ServerProcess, server_env, servers
-from tests.support.receivers import HTTPSReceiver, ListeningSocket, Respond
+from tests.support.receivers import HangBeforeHeaders, HTTPSReceiver, ListeningSocket, Respond
 from tests.support.secrets import reveal
 
 
@@ -81,3 +82,33 @@ async def test_an_operator_url_on_a_refused_address_stops_the_start_before_any_c
     assert refused["reason"] == reason and refused["setting"] == "SWITCHBOARD_OPERATOR_WEBHOOK_URL"
     assert "QUERYCANARY" not in server.log_path.read_text()
     assert not any(line.get("event") == "switchboard started" for line in lines)
+
+
+async def test_a_hanging_operator_receiver_does_not_hold_up_pushes(tmp_path: Path) -> None:
+    secret = mint_secret()
+    ca = trustme.CA()
+    async with (
+        HTTPSReceiver(ca=ca, cert_hostnames=(HOST,), behaviour=HangBeforeHeaders()) as ops,
+        a2a_env(
+            tmp_path,
+            ca=ca,
+            a2a_push_max_attempts=1,
+            notify_hook_allow_cidrs="127.0.0.1/32",
+            operator_webhook_url=ops.url("/ops", hostname=HOST),
+            operator_webhook_secret=secret,
+        ) as env,
+    ):
+        _, token = await env.endpoint("client")
+        await env.worker()
+        client = await env.client(token)
+        env.receiver.behaviour = Respond(410)  # a final status: this push gives up at once
+        await send(client, message(), push=push_config(env.url()))
+        await env.settle()
+        await ops.next_request(timeout=10)  # the operator's receiver now holds the event's attempt
+        env.receiver.behaviour = Respond(204)
+        started = time.monotonic()
+        await send(client, message("the next task"), push=push_config(env.url()))
+        await env.settle()
+        assert sorted(status for _, status in await env.outbox_statuses()) == ["delivered", "failed"]
+        assert time.monotonic() - started < 2.0  # not behind the operator attempt's 5 s deadline
+        assert len(ops.requests) == 1 and not env.logs.events("operator event attempt failed")
