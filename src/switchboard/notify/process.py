@@ -375,7 +375,15 @@ class WorkerProcess:
 
     async def _spawn(self) -> asyncio.subprocess.Process:
         owner = self.owner
-        settings = owner.services.settings.model_copy(update={"instance_id": owner.services.instance_id})
+        # The child sends no operator event itself (it hands them to this process), so it never holds
+        # the operator webhook's secret.
+        settings = owner.services.settings.model_copy(
+            update={
+                "instance_id": owner.services.instance_id,
+                "operator_webhook_url": None,
+                "operator_webhook_secret": None,
+            }
+        )
         proc = await asyncio.create_subprocess_exec(
             *owner.command,
             stdin=subprocess.PIPE,
