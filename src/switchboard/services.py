@@ -154,5 +154,5 @@ def build_services(
         console=ConsoleStore(db, clock),
         resolver=resolver,
         ssl_context=ssl_context,
-        operator=operator_events(settings, instance_id=instance_id, db=db, metrics=metrics, clock=clock),
+        operator=operator_events(settings, instance_id=instance_id, metrics=metrics, clock=clock),
     )

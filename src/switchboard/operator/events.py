@@ -23,18 +23,21 @@ from switchboard.clock import Clock
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
 from switchboard.operator.coalesce import Coalescer
-from switchboard.operator.lookup import hook_owner, push_config_owner
-from switchboard.operator.sink import QUEUE_DROP_REASONS, NullSink, OperatorSink
+from switchboard.operator.sink import (
+    DELIVERY_DROPPED,
+    HOOK_DISABLED,
+    PUSH_GAVE_UP,
+    QUEUE_DROP_REASONS,
+    Describer,
+    NullSink,
+    OperatorSink,
+)
 from switchboard.operator.webhook import OperatorWebhook, Queued
 from switchboard.push import Sender, TargetRejected, Validator, new_message_id
 from switchboard.settings import Settings
-from switchboard.store.db import Database
 
 log = get_logger("switchboard.operator")
 
-HOOK_DISABLED = "operator.hook_disabled"
-PUSH_GAVE_UP = "operator.push_config_gave_up"
-DELIVERY_DROPPED = "operator.delivery_dropped"
 WINDOW = 60.0  # seconds: at most one event per key (hook, push config, the instance's drops) per window
 
 
@@ -45,17 +48,17 @@ class OperatorEvents:
         url: str,
         secret: str,
         instance_id: str,
-        db: Database,
         metrics: Metrics,
         clock: Clock,
         window: float = WINDOW,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.url, self._secret, self.instance_id = url, secret, instance_id
-        self.db, self.metrics, self.clock = db, metrics, clock
+        self.metrics, self.clock = metrics, clock
         self.coalescer = Coalescer(self._emit, window, clock=monotonic)
         self.webhook: OperatorWebhook | None = None
         self._early: list[Queued] = []  # emitted before the webhook started
+        self._describers: dict[str, Describer] = {}
 
     # -- the sink ------------------------------------------------------------------------------------
 
@@ -72,6 +75,9 @@ class OperatorEvents:
     def dropped(self, reason: str, count: int = 1) -> None:
         if reason in QUEUE_DROP_REASONS:
             self._add(DELIVERY_DROPPED, "", {}, count=count, reason=reason)
+
+    def describe(self, type_: str, describer: Describer) -> None:
+        self._describers[type_] = describer
 
     def _add(self, type_: str, key: str, data: dict[str, Any], *, count: int = 1, reason: str = "") -> None:
         if not self.coalescer.add(type_, key, data, count=count, reason=reason):
@@ -91,10 +97,12 @@ class OperatorEvents:
     async def body(self, item: Queued) -> bytes:
         """The event's JSON, with the owner's ids read now (identifiers only)."""
         data: dict[str, Any] = {"instance_id": self.instance_id, **item.data}
-        if item.type == HOOK_DISABLED:
-            data.update(await hook_owner(self.db, str(item.data["hook_id"])))
-        elif item.type == PUSH_GAVE_UP:
-            data.update(await push_config_owner(self.db, str(item.data["push_config"])))
+        describer = self._describers.get(item.type)
+        if describer is not None:
+            try:
+                data.update(await describer(item.data))
+            except Exception:  # the database is away: the event still goes out, with the ids it has
+                log.warning("operator event: owner lookup failed", type=item.type, exc_info=True)
         at = datetime.fromtimestamp(self.clock.now(), UTC).isoformat().replace("+00:00", "Z")
         return json.dumps({"type": item.type, "timestamp": at, "data": data}, separators=(",", ":")).encode()
 
@@ -133,9 +141,7 @@ class OperatorEvents:
             log.warning("operator webhook host does not resolve yet", reason=err.reason)
 
 
-def operator_events(
-    settings: Settings, *, instance_id: str, db: Database, metrics: Metrics, clock: Clock
-) -> OperatorSink:
+def operator_events(settings: Settings, *, instance_id: str, metrics: Metrics, clock: Clock) -> OperatorSink:
     """The instance's sink: :class:`OperatorEvents` when an operator webhook is configured."""
     if not settings.operator_webhook_url or not settings.operator_webhook_secret:
         return NullSink()
@@ -143,7 +149,6 @@ def operator_events(
         url=settings.operator_webhook_url,
         secret=settings.operator_webhook_secret,
         instance_id=instance_id,
-        db=db,
         metrics=metrics,
         clock=clock,
     )

@@ -9,15 +9,24 @@ an event cannot slow a delivery.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+HOOK_DISABLED = "operator.hook_disabled"
+PUSH_GAVE_UP = "operator.push_config_gave_up"
+DELIVERY_DROPPED = "operator.delivery_dropped"
 #: The drop reasons that are the delivery queue's (an overflow of the instance's bound, a worker process
 #: that cannot take work). ``rate_limited`` is a hook's own per-minute limit doing its job, ``shutdown``
 #: and ``hook_gone`` are not failures: those are counted and logged, never sent to the operator.
 QUEUE_DROP_REASONS = frozenset(
     {"queue_full", "queue_full_unmatched", "worker_unavailable", "owner_backlog_full"}
 )
-MAX_PENDING = 1000  # hook disables a worker process keeps for the server between two relay lines
+MAX_PENDING = 1000
+#: An event's data to the owner's ids (read from the owning feature's SQL home), by the feature that
+#: owns the table: the operator package imports neither notify nor a2a.
+Describer = Callable[
+    [dict[str, Any]], Awaitable[dict[str, Any]]
+]  # hook disables a worker process keeps for the server between two relay lines
 
 
 class OperatorSink(Protocol):
@@ -28,6 +37,10 @@ class OperatorSink(Protocol):
     ) -> None: ...
 
     def dropped(self, reason: str, count: int = 1) -> None: ...
+
+    def describe(self, type_: str, describer: Describer) -> None:
+        """Events of ``type_`` also name what ``describer`` reads (a component registers it)."""
+        ...
 
 
 class NullSink:
@@ -42,6 +55,9 @@ class NullSink:
         return None
 
     def dropped(self, reason: str, count: int = 1) -> None:
+        return None
+
+    def describe(self, type_: str, describer: Describer) -> None:
         return None
 
 
@@ -66,6 +82,9 @@ class PendingEvents:
     def dropped(self, reason: str, count: int = 1) -> None:
         if reason in QUEUE_DROP_REASONS:
             self._drops[reason] = self._drops.get(reason, 0) + count
+
+    def describe(self, type_: str, describer: Describer) -> None:
+        return None  # the server describes the events it sends
 
     def take(self) -> dict[str, Any] | None:
         """What happened since the last call, as the relay line's ``o`` member; None: nothing."""

@@ -44,6 +44,9 @@ class Recorder:
     def dropped(self, reason: str, count: int = 1) -> None:
         self.calls.append(("dropped", (reason, count)))
 
+    def describe(self, type_: str, describer: Any) -> None:
+        self.calls.append(("describe", type_))
+
 
 async def test_a_burst_is_one_event_at_once_and_one_at_the_window_end_with_the_count() -> None:
     out, clock = Recorder(), Clock()
