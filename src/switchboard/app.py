@@ -22,7 +22,9 @@ from switchboard.obs.asgi import McpTiming
 from switchboard.obs.health import readiness
 from switchboard.obs.logs import get_logger
 from switchboard.obs.queues import refresh_queue_gauges
+from switchboard.operator.events import OperatorEvents
 from switchboard.ops import ensure_schema
+from switchboard.outbound import notify_outbound
 from switchboard.queue.retention import PG_BATCH, SQLITE_BATCH, RetentionPolicy, RetentionSweeper
 from switchboard.queue.sweeper import Sweeper
 from switchboard.services import Services
@@ -118,6 +120,8 @@ def create_app(services: Services, *, components: Sequence[Component] | None = N
                 )
                 services.parts.add(relay)
                 await stack.enter_async_context(relay.run())
+            if isinstance(services.operator, OperatorEvents):  # before the components that report to it
+                await stack.enter_async_context(services.operator.running(*notify_outbound(services)))
             for component in components:
                 await stack.enter_async_context(component.lifespan())
             await stack.enter_async_context(mcp.run())

@@ -14,6 +14,8 @@ from switchboard.clock import Clock, SystemClock
 from switchboard.cred import Envelope, load_or_create_key
 from switchboard.ids import new_id
 from switchboard.obs.metrics import Metrics
+from switchboard.operator.events import operator_events
+from switchboard.operator.sink import NullSink, OperatorSink
 from switchboard.settings import Settings
 from switchboard.store.accounts import AccountStore
 from switchboard.store.admin import AdminStore
@@ -95,6 +97,8 @@ class Services:
     on_draining: list[Callable[[], None]] = field(default_factory=list)  # run by `serve` as it stops
     on_close: list[Callable[[], Awaitable[None]]] = field(default_factory=list)  # run by close()
     outbound: dict[tuple[str, ...], tuple[Validator, Sender]] = field(default_factory=dict)  # per allowlist
+    # Operator events (switchboard.operator): the notify dispatcher and the A2A push worker report here.
+    operator: OperatorSink = field(default_factory=NullSink)
 
     async def close(self) -> None:
         closers, self.on_close = self.on_close, []
@@ -150,4 +154,5 @@ def build_services(
         console=ConsoleStore(db, clock),
         resolver=resolver,
         ssl_context=ssl_context,
+        operator=operator_events(settings, instance_id=instance_id, metrics=metrics, clock=clock),
     )

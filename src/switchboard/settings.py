@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import ssl
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MAX_AUTO_NOTIFY_PROCESSES = 4
@@ -114,6 +116,35 @@ class Settings(BaseSettings):
     # Egress proxy for every outbound call (docs/self-hosting.md, "Static outbound IPs"):
     # http://[USER:PASSWORD@]IP:PORT, an HTTP CONNECT proxy named by IP address. Never logged.
     outbound_proxy: str | None = None
+    # Operator events (docs/self-hosting.md, "Operator events"): a Standard Webhooks receiver of the
+    # operator's, reached through the notify hooks' SSRF guard and allowlist; the secret is theirs.
+    operator_webhook_url: str | None = None
+    operator_webhook_secret: str | None = Field(default=None, validate_default=True)
+
+    @field_validator("operator_webhook_url")
+    @classmethod
+    def _operator_url_form(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("https://", "http://")):
+            raise ValueError("must be an https:// URL")  # the SSRF guard checks the rest at start
+        return value or None
+
+    @field_validator("operator_webhook_secret")
+    @classmethod
+    def _operator_secret_form(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            if info.data.get("operator_webhook_url"):
+                raise ValueError(
+                    "required with SWITCHBOARD_OPERATOR_WEBHOOK_URL (whsec_ + base64 of 32 bytes)"
+                )
+            return None
+        key = value.removeprefix("whsec_")
+        try:
+            raw = base64.b64decode(key, validate=True)
+        except (binascii.Error, ValueError):
+            raw = b""
+        if not value.startswith("whsec_") or len(raw) != 32 or base64.b64encode(raw).decode() != key:
+            raise ValueError("must be whsec_ + standard base64 of 32 random bytes")  # the value is not echoed
+        return value
 
     @field_validator("database_url")
     @classmethod

@@ -127,6 +127,11 @@ async def test_metrics_and_logs_of_a_real_server(tmp_path: Path) -> None:
     )  # labelled series may have no sample yet
     missing = {n for n in names if not any(n == f or n.startswith(f + "_") for f in families)}
     assert names and not missing, missing
+    # And every series the example alert rules use (a renamed metric would silence an alert for ever).
+    rules = (EXAMPLES / "prometheus" / "alerts.yml").read_text()
+    used = set(re.findall(r"\b(switchboard_[a-z0-9_]+)", rules)) - {"switchboard"}
+    unknown = {n for n in used if not any(n == f or n.startswith(f + "_") for f in families)}
+    assert len(used) >= 8 and not unknown, unknown
 
     # Logs: text lines at WARNING and above, plus the audit trail (always at INFO).
     lines = [line for line in server.log_path.read_text().splitlines() if line and not line.startswith("---")]

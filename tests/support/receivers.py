@@ -153,6 +153,7 @@ class HTTPSReceiver:
     host: str = "127.0.0.1"
     behaviour: Behaviour = field(default_factory=Respond)
     tls: bool = True
+    bind_port: int = 0  # 0: any free port (a server configured before the receiver starts names one)
 
     requests: list[RecordedRequest] = field(default_factory=list, init=False)
     arrived: list[float] = field(default_factory=list, init=False)  # time.monotonic() of each request
@@ -182,7 +183,7 @@ class HTTPSReceiver:
             return asyncio.StreamReaderProtocol(asyncio.StreamReader(), self._on_connection)
 
         self._server = await loop.create_server(
-            accept, self.host, 0, ssl=self._ssl, ssl_handshake_timeout=5 if self._ssl else None
+            accept, self.host, self.bind_port, ssl=self._ssl, ssl_handshake_timeout=5 if self._ssl else None
         )
         self.port = int(self._server.sockets[0].getsockname()[1])
         return self

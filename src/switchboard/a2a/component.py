@@ -14,6 +14,7 @@ Wiring, and why:
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -24,7 +25,7 @@ from starlette.routing import BaseRoute, Route
 
 from switchboard.a2a.ask import ask_registrar
 from switchboard.a2a.card import A2A_PATH, CARD_PATH, INTERFACE_CARD_PATH, build_card
-from switchboard.a2a.configs import ConfigStore
+from switchboard.a2a.configs import ConfigStore, config_owner
 from switchboard.a2a.fanout import Fanout
 from switchboard.a2a.gate import EndpointContextBuilder, Gate
 from switchboard.a2a.handler import Handler
@@ -36,6 +37,7 @@ from switchboard.a2a.waiter import TaskWaiter
 from switchboard.a2a.worker import DeliveryWorker, Policy
 from switchboard.notify.deliveries import DeliveryLog
 from switchboard.obs.logs import get_logger
+from switchboard.operator.sink import PUSH_GAVE_UP
 from switchboard.outbound import a2a_outbound, outbound_proxy
 from switchboard.push import Sender, Validator
 from switchboard.services import Services
@@ -120,6 +122,8 @@ class A2AComponent:
             policy=self.policy,
             deliveries=DeliveryLog(services.db),
         )
+        self.worker.attempts.operator = services.operator  # a push that gives up tells the operator
+        services.operator.describe(PUSH_GAVE_UP, functools.partial(config_owner, services.db))
         self.handler = Handler(
             services,
             tasks=self.tasks,

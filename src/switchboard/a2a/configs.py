@@ -27,7 +27,7 @@ from switchboard.clock import Clock, ms
 from switchboard.cred import Envelope
 from switchboard.ids import new_id
 from switchboard.push import TargetRejected, Validator, mint_secret, sign
-from switchboard.store.accounts import verbs_of
+from switchboard.store.accounts import slug_of, verbs_of
 from switchboard.store.db import Database
 from switchboard.store.schema_a2a import (
     a2a_push_outbox,
@@ -346,3 +346,14 @@ class ConfigStore:
             # The streams' event log goes with the same retention (docs/a2a.md, "Streaming").
             await conn.execute(delete(a2a_task_events).where(a2a_task_events.c.task_id.in_(done_task)))
         return int(result.rowcount or 0)
+
+
+async def config_owner(db: Database, data: dict[str, Any]) -> dict[str, Any]:
+    """The client's ``config_id`` and the owning endpoint (id and slug) of the config row
+    ``data["push_config"]``, for an operator event (switchboard.operator); empty once it is deleted."""
+    c = push_notification_configs.c
+    stmt = select(c.config_id, c.owner_endpoint_id, slug_of(c.owner_endpoint_id)).where(
+        c.id == str(data["push_config"])
+    )
+    rows: list[Any] = await db.fetch(stmt)
+    return {"config_id": rows[0][0], "endpoint_id": rows[0][1], "endpoint_slug": rows[0][2]} if rows else {}

@@ -28,6 +28,7 @@ from switchboard.delivery.retry import RetryPolicy
 from switchboard.notify.deliveries import Attempt, DeliveryBuffer, DeliveryRecord
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
+from switchboard.operator.sink import NullSink, OperatorSink
 from switchboard.push import AttemptTimeout, PushError, Sender, StatusError, Validator, standard_headers
 
 log = get_logger("switchboard.a2a.push")
@@ -111,6 +112,7 @@ class PushAttempts:
         self.retry = policy.retry
         self._slow: dict[str, float] = {}  # config row id -> until (clock): it answers slowly
         self._tried: dict[str, list[Attempt]] = {}  # outbox row -> this instance's attempts so far
+        self.operator: OperatorSink = NullSink()  # told of each give-up (set by the A2A component)
 
     def _is_slow(self, item: Claimed) -> bool:
         if item.last_error == RESPONSE_TIMEOUT:
@@ -192,7 +194,15 @@ class PushAttempts:
         outcome = "exhausted" if self.retry.retryable(err) else "failed"
         self.metrics.a2a_push_deliveries.labels(outcome).inc()
         self._log(item, attempt, err.result, status=status, err=err, outcome=outcome)
-        await self.outbox.failed(item, status=status, error=error, now_ms=ms(now))
+        if await self.outbox.failed(item, status=status, error=error, now_ms=ms(now)):
+            # this claim finished the row: one event, however many instances share the outbox
+            self.operator.push_gave_up(
+                config_row_id=item.config_id,
+                task_id=item.task_id,
+                outcome=outcome,
+                error=error,
+                attempts=attempt,
+            )
 
     def _log(
         self,

@@ -49,4 +49,5 @@ def build_dispatcher(
         deliveries=DeliveryLog(services.db),
         # PostgreSQL: one window per hook for every instance and worker process (store/windows.py).
         shared_windows=None if services.db.is_sqlite else SharedWindows(services.db),
+        operator=services.operator,  # a worker process's: gathered for the server (notify.worker)
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
@@ -16,7 +17,9 @@ from switchboard.notify.dispatcher import Dispatcher
 from switchboard.notify.mcp import registrar
 from switchboard.notify.process import WORKER_COMMAND, RemoteDispatcher
 from switchboard.notify.service import hook_service
+from switchboard.notify.store_owner import hook_owner
 from switchboard.obs.logs import get_logger
+from switchboard.operator.sink import HOOK_DISABLED
 from switchboard.services import Services
 from switchboard.tasks import cancel_and_wait
 
@@ -48,6 +51,8 @@ class NotifyComponent:
         else:
             self.dispatcher = build_dispatcher(services, self.store, retry_delays=retry_delays)
         self.verbs.tester = self.dispatcher
+        # an operator event about a hook names its endpoint (read here, in the hooks' SQL home)
+        services.operator.describe(HOOK_DISABLED, functools.partial(hook_owner, services.db))
         self.enabled = s.notify_hook_ceiling > 0
         services.parts.add(self)
         if self.enabled:

@@ -42,6 +42,7 @@ from switchboard.notify.store import HookStore
 from switchboard.notify.timers import RetryTimers
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
+from switchboard.operator.sink import OperatorSink
 from switchboard.push import PushError, Sender, StatusError, new_message_id, standard_headers
 from switchboard.ratelimit import SharedWindow
 from switchboard.store.presence import PresenceReturn
@@ -72,6 +73,7 @@ class Dispatcher:
         drop_log: DropLog | None = None,
         deliveries: DeliveryLog | None = None,
         shared_windows: SharedWindow | None = None,
+        operator: OperatorSink | None = None,
     ) -> None:
         self.sender, self.metrics, self.clock, self.sign = sender, metrics, clock, sign
         self.drain_timeout = drain_timeout
@@ -82,9 +84,11 @@ class Dispatcher:
             flow=self.flow,
             flush_interval=health_flush_interval,
             deliveries=deliveries,
+            operator=operator,
         )
+        drops = drop_log or DropLog(operator=operator)
         self.outcomes = Outcomes(
-            metrics=metrics, clock=clock, health=self.health, drops=drop_log or DropLog(), flow=self.flow
+            metrics=metrics, clock=clock, health=self.health, drops=drops, flow=self.flow
         )
         self.intake = Intake(
             hooks=hooks,

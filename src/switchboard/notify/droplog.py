@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from switchboard.obs.logs import get_logger
+from switchboard.operator.sink import NullSink, OperatorSink
 
 log = get_logger("switchboard.notify")
 
@@ -52,8 +53,15 @@ class _Gathered:
 class DropLog:
     """One warning per reason per ``window``, each saying how many drops it stands for."""
 
-    def __init__(self, window: float = WINDOW, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        window: float = WINDOW,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        operator: OperatorSink | None = None,
+    ) -> None:
         self.window = window
+        self.operator = operator or NullSink()  # told of every drop (it keeps the delivery queue's)
         self._clock = clock
         self._last: dict[str, float] = {}  # reason -> when its last line was written
         self._gathered: dict[str, _Gathered] = {}
@@ -63,6 +71,7 @@ class DropLog:
     def drop(self, reason: str, **ids: str | None) -> None:
         """One drop. ``ids``: ``hook_id``/``notification_id``/``todo_id`` or ``endpoint_id``/``todo_id``
         (``None`` values are left out); any other keyword is a fact about the drop, like ``kind``."""
+        self.operator.dropped(reason)
         now = self._clock()
         quiet = reason not in self._gathered and now - self._last.get(reason, -self.window) >= self.window
         if quiet:

@@ -21,6 +21,7 @@ from switchboard.notify.flow import Flow
 from switchboard.notify.store import HealthFold, HealthOutcome, HookStore
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
+from switchboard.operator.sink import NullSink, OperatorSink
 
 log = get_logger("switchboard.notify")
 
@@ -34,8 +35,10 @@ class HealthRecorder:
         flow: Flow,
         flush_interval: float,
         deliveries: DeliveryLog | None,
+        operator: OperatorSink | None = None,
     ) -> None:
         self.hooks, self.metrics, self.flow = hooks, metrics, flow
+        self.operator = operator or NullSink()  # told of each disable this instance's write made
         self.flush_interval = flush_interval
         self.records = DeliveryBuffer(deliveries)  # the delivery log, written with the health flush
         self._pending: dict[str, HealthFold] = {}  # hook -> outcomes not yet being written
@@ -193,4 +196,7 @@ class HealthRecorder:
                 hook_id=hook_id,
                 reason="consecutive_failures",
                 consecutive_failures=outcome.consecutive_failures,
+            )
+            self.operator.hook_disabled(
+                hook_id, reason="consecutive_failures", consecutive_failures=outcome.consecutive_failures
             )

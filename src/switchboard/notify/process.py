@@ -47,6 +47,7 @@ from typing import Any
 from switchboard.notify.droplog import DropLog
 from switchboard.notify.wire import RELAYED, line, presence_line, transitions_lines
 from switchboard.obs.logs import get_logger
+from switchboard.operator.sink import replay
 from switchboard.services import Services
 from switchboard.store.presence import PresenceReturn
 from switchboard.store.transitions import Transition
@@ -121,7 +122,7 @@ class RemoteDispatcher:
         ]
         self._stopping = False
         self._stop_requested = asyncio.Event()
-        self._drops = DropLog()
+        self._drops = DropLog(operator=services.operator)
         # a relayed gauge (queue depth) is the sum of every child's latest value
         self._gauges: dict[tuple[str, tuple[tuple[str, str], ...]], list[float]] = {}
 
@@ -374,7 +375,15 @@ class WorkerProcess:
 
     async def _spawn(self) -> asyncio.subprocess.Process:
         owner = self.owner
-        settings = owner.services.settings.model_copy(update={"instance_id": owner.services.instance_id})
+        # The child sends no operator event itself (it hands them to this process), so it never holds
+        # the operator webhook's secret.
+        settings = owner.services.settings.model_copy(
+            update={
+                "instance_id": owner.services.instance_id,
+                "operator_webhook_url": None,
+                "operator_webhook_secret": None,
+            }
+        )
         proc = await asyncio.create_subprocess_exec(
             *owner.command,
             stdin=subprocess.PIPE,
@@ -420,6 +429,8 @@ class WorkerProcess:
                 message = json.loads(raw)
                 if "m" in message:
                     self.owner.apply_metrics(self.index, message["m"])
+                if "o" in message:  # the child's operator events: sent from this process (one place)
+                    replay(self.owner.services.operator, message["o"])
                 if "tested" in message:
                     test = self._tests.get(int(message["tested"]))
                     if test is not None and not test.done():

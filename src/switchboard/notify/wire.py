@@ -7,7 +7,8 @@ the child's share of the instance's); then ``{"t": [...]}`` is a batch of commit
 transitions, ``{"p": {...}}`` a presence return, ``{"idle": n}`` asks for an answer once everything
 before it is matched and finished, ``{"test": {"seq": n, "hook_id", "endpoint_id", "slug"}}`` asks for
 the endpoint card's test send. Worker to server, on its stdout: ``{"m": [...]}`` metric changes,
-``{"idle": n}`` the answer, and ``{"tested": n, "result": {...}}`` the test's outcome. Closing stdin asks the worker to drain and exit.
+``{"idle": n}`` the answer, ``{"tested": n, "result": {...}}`` the test's outcome, and ``{"o": {...}}`` the
+operator events since the last line (:class:`switchboard.operator.sink.PendingEvents`). Closing stdin asks the worker to drain and exit.
 """
 
 from __future__ import annotations

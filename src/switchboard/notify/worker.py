@@ -23,6 +23,7 @@ from switchboard.notify.build import build_dispatcher, hook_store
 from switchboard.notify.wire import MetricDeltas, line, presence_of, transitions_of
 from switchboard.obs import configure_logging
 from switchboard.obs.logs import get_logger
+from switchboard.operator.sink import PendingEvents
 from switchboard.services import build_services
 from switchboard.settings import Settings
 from switchboard.tasks import cancel_and_wait
@@ -66,6 +67,9 @@ async def run(
     services = build_services(settings, resolver=resolver, ssl_context=ssl_context)
     services.db.cap_page_cache(PAGE_CACHE_KIB)
     hooks = hook_store(services)
+    # Operator events happen here but are sent by the server: gathered, and carried on the relay's lines.
+    pending = PendingEvents()
+    services.operator = pending
     dispatcher = build_dispatcher(
         services,
         hooks,
@@ -93,6 +97,9 @@ async def run(
         changes = deltas.take()
         if changes:
             send({"m": changes})
+        events = pending.take()
+        if events is not None:
+            send({"o": events})
 
     async def relay_loop() -> None:
         while True:

@@ -240,6 +240,14 @@ class Metrics:
             "Age of the oldest terminal todo kept, as of the last retention sweep (0 when none).",
             registry=r,
         )
+        # Operator events (switchboard.operator): the operator webhook's own deliveries.
+        self.operator_events = Counter(
+            "switchboard_operator_events_total",
+            "Operator webhook events by type and outcome (delivered; failed: given up after its attempts; "
+            "dropped: the in-memory queue was full).",
+            ["type", "outcome"],
+            registry=r,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
