@@ -18,13 +18,14 @@ from ._errors import (
     PermanentClientError,
     PushError,
     RedirectRefused,
+    ResponseTooLarge,
     RetryableStatus,
     StatusError,
     TargetRejected,
     TLSFailure,
 )
 from ._signer import mint_secret, new_message_id, sign, standard_headers
-from ._transport import USER_AGENT, AttemptResult, Sender
+from ._transport import USER_AGENT, AttemptResult, Fetched, Sender
 from ._urls import redact_url
 from ._validator import Resolver, ValidatedTarget, Validator, install_resolver, system_resolver
 
@@ -32,11 +33,13 @@ __all__ = [
     "USER_AGENT",
     "AttemptResult",
     "AttemptTimeout",
+    "Fetched",
     "NetworkFailure",
     "PermanentClientError",
     "PushError",
     "RedirectRefused",
     "Resolver",
+    "ResponseTooLarge",
     "RetryableStatus",
     "Sender",
     "StatusError",
