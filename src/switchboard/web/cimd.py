@@ -150,13 +150,15 @@ def _refused(description: str) -> DocumentRefused:
 
 def _fetch_failure(err: PushError) -> DocumentRefused:
     """The fetch's failure in words for the client's developer; the operator's log keeps the reason."""
-    if isinstance(err, TargetRejected):
-        if err.reason in ADDRESS_REASONS:
-            return _refused(
-                "the client metadata document's host resolves to an address this server may not fetch "
-                "from (SSRF guard)"
-            )
+    # A name that does not resolve and one that resolves to a refused address get one answer: anyone may
+    # ask, and two answers would map the internal DNS (as TargetRejected.public_message says).
+    if isinstance(err, TargetRejected) and err.reason not in ADDRESS_REASONS:
         return DocumentRefused("invalid_request", "client_id is not a URL this server can fetch")
+    if isinstance(err, TargetRejected) or (isinstance(err, NetworkFailure) and err.reason == "dns"):
+        return _refused(
+            "the client metadata document's host does not resolve to an address this server may fetch "
+            "from (SSRF guard)"
+        )
     if isinstance(err, ResponseTooLarge):
         return _refused(f"the client metadata document is larger than {MAX_DOCUMENT_BYTES} bytes")
     if isinstance(err, RedirectRefused):
@@ -170,8 +172,6 @@ def _fetch_failure(err: PushError) -> DocumentRefused:
         return _refused("fetching the client metadata document timed out")
     if isinstance(err, TLSFailure):
         return _refused(f"the client metadata document's TLS connection failed ({err.reason})")
-    if isinstance(err, NetworkFailure) and err.reason == "dns":
-        return _refused("the client metadata document's host does not resolve")
     return _refused(f"the client metadata document could not be fetched ({err.reason})")
 
 

@@ -324,9 +324,11 @@ async def test_an_unreachable_document_and_a_malformed_client_id_are_refused(env
         )
         refused(await authorize(person, f"https://{HOST}/"), "invalid_request", "must have a path")
         refused(await authorize(person, f"https://{HOST}/a/../b.json"), "invalid_request", ". or .. segments")
-        refused(
-            await authorize(person, f"https://unknown.test{DOC_PATH}"), "invalid_client", "does not resolve"
-        )
+        # An unknown name and a refused address get one answer: no map of internal DNS for anyone.
+        unknown = await authorize(person, f"https://unknown.test{DOC_PATH}")
+        refused(unknown, "invalid_client", "SSRF guard")
+        same = unknown.json()["error_description"]
+        refused(await authorize(person, f"https://{REFUSED_HOST}{DOC_PATH}"), "invalid_client", same)
     assert await rows(env.inst) == NOTHING
 
 
@@ -348,3 +350,21 @@ async def test_the_cache_keeps_a_document_for_its_max_age_within_bounds(env: Env
         env.serve(env.document(redirect_uris=["https://clients.test/cb"]))  # the client changed its document
         refused(await authorize(person, env.client_id), "invalid_request", "redirect_uri is not one of")
         assert len(env.rx.requests) == 3
+
+
+async def test_switched_off_nothing_is_fetched_or_advertised(tmp_path: Path) -> None:
+    ca = make_ca()
+    resolver = StaticResolver({HOST: ["127.0.0.1"]})
+    settings = make_settings(
+        tmp_path, oauth_cimd_allow_cidrs="127.0.0.1/32", oauth_client_metadata_documents=False
+    )
+    async with (
+        HTTPSReceiver(ca, cert_hostnames=(HOST,)) as rx,
+        run_instance(settings, resolver=resolver, ssl_context=client_ssl_context(ca)) as inst,
+        human(inst, "off@example.com") as (person, _),
+    ):
+        meta = (await person.http.get("/.well-known/oauth-authorization-server")).json()
+        assert meta.get("client_id_metadata_document_supported") is None and meta["registration_endpoint"]
+        r = await authorize(person, rx.url(DOC_PATH, hostname=HOST))
+        assert r.status_code == 400 and r.json()["error"] == "invalid_request" and "location" not in r.headers
+        assert rx.requests == [] and rx.connections == 0
