@@ -13,6 +13,7 @@ Typical use::
 """
 
 from ._errors import (
+    ADDRESS_REASONS,
     AttemptTimeout,
     NetworkFailure,
     PermanentClientError,
@@ -30,6 +31,7 @@ from ._urls import redact_url
 from ._validator import Resolver, ValidatedTarget, Validator, install_resolver, system_resolver
 
 __all__ = [
+    "ADDRESS_REASONS",
     "USER_AGENT",
     "AttemptResult",
     "AttemptTimeout",

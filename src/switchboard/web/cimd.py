@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from switchboard.clock import Clock
 from switchboard.obs.logs import get_logger
 from switchboard.push import (
+    ADDRESS_REASONS,
     AttemptTimeout,
     NetworkFailure,
     PushError,
@@ -40,7 +41,6 @@ from switchboard.push import (
     TLSFailure,
     redact_url,
 )
-from switchboard.push._errors import ADDRESS_REASONS
 from switchboard.text import storable, summary
 from switchboard.verbs import ALL_VERBS
 from switchboard.web.redirects import MAX_REDIRECT_URIS, redirect_uri_problem

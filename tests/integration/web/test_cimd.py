@@ -368,3 +368,55 @@ async def test_switched_off_nothing_is_fetched_or_advertised(tmp_path: Path) -> 
         r = await authorize(person, rx.url(DOC_PATH, hostname=HOST))
         assert r.status_code == 400 and r.json()["error"] == "invalid_request" and "location" not in r.headers
         assert rx.requests == [] and rx.connections == 0
+
+
+@pytest.mark.postgres
+async def test_two_instances_on_postgres_share_a_document_client(tmp_path: Path, pg_url: str) -> None:
+    """Approved twice on one instance (the row is kept, then refreshed), exchanged on the other, which
+    reads the document itself: codes and grants hang off the stored digest on PostgreSQL too."""
+    ca = make_ca()
+    resolver = StaticResolver({HOST: ["127.0.0.1"]})
+    clock = ManualClock(time.time())
+    ssl_context = client_ssl_context(ca)
+
+    def settings(name: str) -> Any:
+        return make_settings(tmp_path / name, pg_url, oauth_cimd_allow_cidrs="127.0.0.1/32")
+
+    async with (
+        HTTPSReceiver(ca, cert_hostnames=(HOST,)) as rx,
+        run_instance(settings("one"), clock=clock, resolver=resolver, ssl_context=ssl_context) as one,
+        run_instance(settings("two"), clock=clock, resolver=resolver, ssl_context=ssl_context) as two,
+    ):
+        env = Env(one, rx, clock, resolver)
+        env.serve(env.document())
+        async with human(one, "pgdoc@example.com") as (person, _):
+            codes = []
+            for slug in ("pg-doc-a", "pg-doc-b"):
+                verifier, challenge = pkce()
+                start = await person.http.get(
+                    "/authorize",
+                    params={
+                        "response_type": "code",
+                        "client_id": env.client_id,
+                        "redirect_uri": REDIRECT_URI,
+                        "code_challenge": challenge,
+                        "code_challenge_method": "S256",
+                    },
+                )
+                assert start.status_code == 302, start.text
+                codes.append((await approve(person, start.headers["location"], slug), verifier))
+            async with httpx.AsyncClient(base_url=two.base_url, timeout=10) as other:
+                for code, verifier in codes:
+                    r = await other.post(
+                        "/token",
+                        data={
+                            "client_id": env.client_id,
+                            "grant_type": "authorization_code",
+                            "code": code,
+                            "redirect_uri": REDIRECT_URI,
+                            "code_verifier": verifier,
+                        },
+                    )
+                    assert r.status_code == 200, r.text
+        assert await rows(one) == {"oauth_clients": 1, "oauth_codes": 0, "oauth_grants": 2}
+        assert len(rx.requests) == 2  # each instance read the document once
