@@ -71,7 +71,9 @@ class DocumentClientGate:
             except DocumentRefused as err:
                 # RFC 6749 section 5.2: a client that fails at the token endpoint is a 401 there.
                 status = 401 if err.error == "invalid_client" and not self.authorize else 400
-                await _refuse(scope, receive, send, status, err.error, err.description)
+                # /token is CORS-enabled (the SDK's allows any origin): a browser client reads why.
+                cors = {} if self.authorize else {"Access-Control-Allow-Origin": "*"}
+                await _refuse(scope, receive, send, status, err.error, err.description, cors)
                 return
         await self.app(scope, _replay(body, receive) if method == "POST" else receive, send)
 
@@ -89,9 +91,19 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, error: str, text: str) -> None:
+async def _refuse(
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    status: int,
+    error: str,
+    text: str,
+    headers: dict[str, str] | None = None,
+) -> None:
     answer = JSONResponse(
-        {"error": error, "error_description": text}, status_code=status, headers={"Cache-Control": "no-store"}
+        {"error": error, "error_description": text},
+        status_code=status,
+        headers={"Cache-Control": "no-store", **(headers or {})},
     )
     await answer(scope, receive, send)
 

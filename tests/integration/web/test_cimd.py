@@ -253,7 +253,7 @@ async def test_a_document_on_a_refused_address_is_never_dialled(env: Env) -> Non
         r = await person.http.post(
             "/token", data={"client_id": client_id, "grant_type": "authorization_code", "code": "sboc_x"}
         )
-        assert r.status_code == 401
+        assert r.status_code == 401 and r.headers["access-control-allow-origin"] == "*"
         refused(r, "invalid_client", "SSRF guard")
         await victim.assert_untouched()
     assert await rows(env.inst) == NOTHING
@@ -308,7 +308,7 @@ async def test_not_json_wrong_type_redirects_and_errors_are_refused(env: Env) ->
             await elsewhere.assert_untouched()
         env.rx.behaviour = Respond(404)
         refused(await authorize(person, env.client_id), "invalid_client", "answered HTTP 404")
-        with_query = env.client_id + "?tenant=s3cr3t"
+        with_query = env.client_id + "?tenant=QUERYCANARY-in-a-client-id"  # never logged (secrecy scan)
         refused(await authorize(person, with_query), "invalid_client", "answered HTTP 404")
     assert await rows(env.inst) == NOTHING
 
