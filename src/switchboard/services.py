@@ -93,6 +93,8 @@ class Services:
     parts: Parts = field(default_factory=Parts)
     token_lookups: list[TokenLookup] = field(default_factory=list)  # web UI -> MCP and A2A auth
     oauth_provider: OAuthAuthorizationServerProvider[Any, Any, AccessToken] | None = None  # web UI -> MCP
+    # web UI -> MCP: wrappers for the SDK's OAuth routes, by path (client metadata documents, docs/web.md)
+    oauth_route_wrappers: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
     followups_since_claim: FollowupsSinceClaim | None = None  # A2A -> the MCP heartbeat verb
     on_draining: list[Callable[[], None]] = field(default_factory=list)  # run by `serve` as it stops
     on_close: list[Callable[[], Awaitable[None]]] = field(default_factory=list)  # run by close()

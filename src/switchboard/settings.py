@@ -106,6 +106,10 @@ class Settings(BaseSettings):
     oauth_access_token_seconds: int = 3600
     oauth_refresh_token_days: float = 30.0
     oauth_registrations_per_hour: int = 20
+    # OAuth Client ID Metadata Documents (docs/web.md, "Client ID Metadata Documents"): a client_id that
+    # is an https URL is fetched through the SSRF guard, with its own allowlist (default: none).
+    oauth_client_metadata_documents: bool = True
+    oauth_cimd_allow_cidrs: str = ""
 
     # Retention (docs/reliability.md, "Retention"): terminal todos (done, dead, canceled) and their
     # history are deleted this long after their last change; 0 keeps them for ever.

@@ -290,6 +290,9 @@ def build_mcp(services: Services, *, extra_tools: Sequence[ToolRegistrar] = ()) 
         per_hour = settings.oauth_registrations_per_hour
         limit = WindowLimiter(services.clock, max(1, per_hour), 3600.0)  # per_hour in any hour
         for route in auth_routes:
+            wrap = services.oauth_route_wrappers.get(route.path)
+            if wrap is not None:  # the web UI's (client metadata documents: docs/web.md)
+                route.app = wrap(route.app)
             if route.path == "/register":
                 route.app = RegistrationLimit(route.app, limit)
             elif route.path == "/revoke":  # public clients revoke with their client_id (boundary.py)

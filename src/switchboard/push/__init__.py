@@ -13,12 +13,14 @@ Typical use::
 """
 
 from ._errors import (
+    ADDRESS_REASONS,
     AttemptTimeout,
     NetworkFailure,
     PermanentClientError,
     ProxyRefused,
     PushError,
     RedirectRefused,
+    ResponseTooLarge,
     RetryableStatus,
     StatusError,
     TargetRejected,
@@ -26,14 +28,16 @@ from ._errors import (
 )
 from ._proxy import OutboundProxy, parse_proxy_url
 from ._signer import mint_secret, new_message_id, sign, standard_headers
-from ._transport import USER_AGENT, AttemptResult, Sender
+from ._transport import USER_AGENT, AttemptResult, Fetched, Sender
 from ._urls import redact_url
 from ._validator import Resolver, ValidatedTarget, Validator, install_resolver, system_resolver
 
 __all__ = [
+    "ADDRESS_REASONS",
     "USER_AGENT",
     "AttemptResult",
     "AttemptTimeout",
+    "Fetched",
     "NetworkFailure",
     "OutboundProxy",
     "PermanentClientError",
@@ -41,6 +45,7 @@ __all__ = [
     "PushError",
     "RedirectRefused",
     "Resolver",
+    "ResponseTooLarge",
     "RetryableStatus",
     "Sender",
     "StatusError",

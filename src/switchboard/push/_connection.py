@@ -342,9 +342,10 @@ class Connection:
             ):
                 return event.status_code, event.headers
 
-    async def read_body(self, limit: int, progress: Progress) -> None:
-        """Read and count (in ``progress.body_read``) the body until it ends or ``limit`` bytes came;
-        a body cut short leaves the connection mid-message, so it is closed, not kept."""
+    async def read_body(self, limit: int, progress: Progress, sink: bytearray | None = None) -> bool:
+        """Read and count (in ``progress.body_read``) the body until it ends or ``limit`` bytes came,
+        keeping it in ``sink`` when one is given (a GET's answer). True when the message ended; a body
+        cut short leaves the connection mid-message, so it is closed, not kept."""
         while progress.body_read < limit:
             event = self._h11.next_event()
             if event is h11.NEED_DATA:
@@ -353,8 +354,13 @@ class Connection:
                 self._h11.receive_data(data)
             elif isinstance(event, h11.Data):
                 progress.body_read += len(event.data)
-            elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed) or event is h11.PAUSED:
-                return
+                if sink is not None:
+                    sink += event.data
+            elif isinstance(event, h11.EndOfMessage):
+                return True
+            elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
+                return False
+        return False
 
     def finish(self) -> bool:
         """Ready the connection for another request if both sides finished the message cleanly and

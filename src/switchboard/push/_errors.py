@@ -256,6 +256,17 @@ class RetryableStatus(StatusError):
         return True
 
 
+class ResponseTooLarge(PushError):
+    """A fetched body (or its Content-Length) was over the caller's cap: nothing of it is used."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"response body is larger than {limit} bytes", stage="response", reason="too_large")
+
+    @property
+    def result(self) -> AttemptResultLabel:
+        return "other"
+
+
 def error_for_status(status: int, *, retry_after: float | None = None) -> StatusError | None:
     """Classify a final HTTP status: ``None`` for 2xx (delivered), else the error to raise."""
     if 200 <= status < 300:

@@ -22,12 +22,19 @@ from switchboard import __version__
 
 from ._connection import Connection, Headers, dial, failure
 from ._connection import Progress as _Progress
-from ._errors import AttemptTimeout, NetworkFailure, PushError, TargetRejected, error_for_status
+from ._errors import (
+    AttemptTimeout,
+    NetworkFailure,
+    PushError,
+    ResponseTooLarge,
+    TargetRejected,
+    error_for_status,
+)
 from ._pool import KeptConnections, TargetPool
 from ._proxy import OutboundProxy
 from ._validator import ValidatedTarget, Validator
 
-__all__ = ["USER_AGENT", "AttemptResult", "Sender", "ValidatedTarget"]
+__all__ = ["USER_AGENT", "AttemptResult", "Fetched", "Sender", "ValidatedTarget"]
 
 USER_AGENT = f"switchboard/{__version__}"
 
@@ -80,6 +87,21 @@ class AttemptResult:
     status: int
     duration: float
     body_bytes_read: int
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """A GET answered 2xx, body and all (at most the cap the caller gave). Header names are
+    lower-case; values are latin-1 text."""
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+    duration: float
+
+    def header(self, name: str) -> str | None:
+        wanted = name.lower()
+        return next((value for key, value in self.headers if key == wanted), None)
 
 
 @dataclass(frozen=True)
@@ -167,6 +189,44 @@ def _retry_after(headers: Headers) -> float | None:
     return None
 
 
+def _head(
+    method: bytes, target: ValidatedTarget, extra: list[tuple[bytes, bytes]], body: bytes | None
+) -> h11.Request:
+    length = [] if body is None else [(b"content-length", str(len(body)).encode("ascii"))]
+    return h11.Request(
+        method=method,
+        target=target.path.encode("ascii"),
+        headers=[
+            (b"host", target.authority.encode("ascii")),
+            (b"user-agent", _USER_AGENT),
+            *extra,
+            *length,
+        ],
+    )
+
+
+async def _keep(
+    connection: Connection, headers: Headers, progress: _Progress, cap: int, sink: bytearray
+) -> int:
+    """Read the whole body into ``sink``: more than ``cap`` bytes (announced or read) is
+    :class:`ResponseTooLarge`, and the rest is never read."""
+    for name, value in headers:
+        if name.lower() == b"content-length" and value.strip().isdigit() and int(value) > cap:
+            raise ResponseTooLarge(cap)
+    try:
+        async with asyncio.timeout(progress.remaining()):
+            complete = await connection.read_body(cap + 1, progress, sink)
+    except TimeoutError:
+        raise AttemptTimeout(stage="response") from None
+    except (OSError, h11.ProtocolError) as exc:
+        raise failure(exc, progress) from None
+    if len(sink) > cap:
+        raise ResponseTooLarge(cap)
+    if not complete:
+        raise NetworkFailure(stage="response", reason="connection_lost")
+    return len(sink)
+
+
 class Sender:
     """Sends one attempt: validate, dial a pinned address (or reuse a kept connection to
     exactly the addresses this validation returned), POST, read a capped body.
@@ -233,6 +293,29 @@ class Sender:
             err.duration = time.monotonic() - start
             raise
 
+    async def get(self, url: str, *, max_body: int, headers: Mapping[str, str]) -> Fetched:
+        """GET ``url`` once, through the same guard, pinning, timeout and no-redirect rule as
+        :meth:`send`, and return the whole body. A ``Content-Length`` or a body over ``max_body``
+        raises :class:`ResponseTooLarge` (the rest is never read); a body cut short is a
+        :class:`NetworkFailure`. For small documents a feature must read from a URL someone else
+        named (OAuth client metadata documents): no second HTTP client."""
+        extra = [_check_header(name, value) for name, value in headers.items()]
+        start = time.monotonic()
+        try:
+            target = await self._validated(url, start + self._timeout)
+            head = _head(b"GET", target, extra, None)
+            progress = _Progress(start + self._timeout)
+            sink = bytearray()
+            status, got, _ = await self._exchange(target, head, b"", progress, (max_body, sink))
+            failure_ = error_for_status(status)
+            if failure_ is not None:
+                raise failure_
+            named = tuple((k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in got)
+            return Fetched(status, named, bytes(sink), time.monotonic() - start)
+        except PushError as err:
+            err.duration = time.monotonic() - start
+            raise
+
     def fast_failure(self, url: str) -> PushError | None:
         """The error :meth:`send` would fail ``url`` with right now without dialling, when
         its origin's last attempt was refused at connect (or unreachable) less than
@@ -258,12 +341,9 @@ class Sender:
 
     # -- one attempt ----------------------------------------------------------------------
 
-    async def _attempt(
-        self, url: str, body: bytes, extra: list[tuple[bytes, bytes]], start: float
-    ) -> AttemptResult:
-        deadline = start + self._timeout
+    async def _validated(self, url: str, deadline: float) -> ValidatedTarget:
         try:
-            async with asyncio.timeout(self._timeout):
+            async with asyncio.timeout(max(deadline - time.monotonic(), 0.0)):
                 target = await self._validator.check_attempt(url)
         except TimeoutError:
             raise AttemptTimeout(stage="connect", reason="dns_timeout") from None
@@ -271,16 +351,14 @@ class Sender:
         fast = self._fast.check((target.scheme, target.host, target.port), target.ips)
         if fast is not None:
             raise fast
-        head = h11.Request(
-            method=b"POST",
-            target=target.path.encode("ascii"),
-            headers=[
-                (b"host", target.authority.encode("ascii")),
-                (b"user-agent", _USER_AGENT),
-                *extra,
-                (b"content-length", str(len(body)).encode("ascii")),
-            ],
-        )
+        return target
+
+    async def _attempt(
+        self, url: str, body: bytes, extra: list[tuple[bytes, bytes]], start: float
+    ) -> AttemptResult:
+        deadline = start + self._timeout
+        target = await self._validated(url, deadline)
+        head = _head(b"POST", target, extra, body)
         progress = _Progress(deadline)
         # One request, never resent here: a kept connection that fails before any response byte may
         # still have delivered the request (the receiver read it and hung up), so a resend would be a
@@ -300,9 +378,12 @@ class Sender:
         head: h11.Request,
         body: bytes,
         progress: _Progress,
+        keep: tuple[int, bytearray] | None = None,
     ) -> tuple[int, Headers, int]:
         """One request on a kept connection of this target (or a new one that may be kept), or, with
-        keep-alive off or after ``aclose``, on a connection of its own closed afterwards."""
+        keep-alive off or after ``aclose``, on a connection of its own closed afterwards. ``keep``
+        (a GET's cap and buffer) keeps the body instead of discarding it, and fails what
+        :meth:`get` must not return: a body over the cap, cut short or out of time."""
         pool: TargetPool | None = None
         if self._keepalive:
             pool = self._kept.acquire((target.scheme, target.host, target.port, target.ips))
@@ -311,7 +392,10 @@ class Sender:
             progress.reused = connection is not None
             connection, status, headers = await self._request(connection, target, head, body, progress)
             try:
-                read = await self._drain(connection, progress)
+                if keep is None:
+                    read = await self._drain(connection, progress)
+                else:
+                    read = await _keep(connection, headers, progress, *keep)
             except BaseException:
                 connection.close()
                 raise

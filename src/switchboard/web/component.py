@@ -18,11 +18,14 @@ from starlette.staticfiles import StaticFiles
 
 from switchboard.mcp.auth import auth_settings, mcp_resource_url, oauth_issuer_problem
 from switchboard.obs.logs import get_logger
+from switchboard.outbound import outbound_for, parse_cidrs
 from switchboard.ratelimit import WindowLimiter
 from switchboard.services import Services
 from switchboard.settings import Settings
 from switchboard.store.console import BACKLOG_BUCKET_SECONDS
 from switchboard.tasks import cancel_and_wait
+from switchboard.web.cimd import ClientDocuments
+from switchboard.web.cimd_gate import route_wrappers
 from switchboard.web.keys import Keys, derive_key
 from switchboard.web.oauth import OAuthProvider
 from switchboard.web.oauth_store import OAuthStore
@@ -57,8 +60,14 @@ class WebComponent:
                     access_seconds=s.oauth_access_token_seconds,
                     refresh_seconds=s.oauth_refresh_token_days * 86400,
                 )
+                documents = _client_documents(services)
                 oauth = OAuthProvider(
-                    services, store, keys, issuer=_issuer_string(s), resource=mcp_resource_url(s)
+                    services,
+                    store,
+                    keys,
+                    issuer=_issuer_string(s),
+                    resource=mcp_resource_url(s),
+                    documents=documents,
                 )
                 services.oauth_provider = oauth
                 services.token_lookups.append(oauth.lookup_access_token)
@@ -192,3 +201,16 @@ def _browser_base(services: Services) -> str:
 
 
 __all__ = ["WebComponent"]
+
+
+def _client_documents(services: Services) -> ClientDocuments | None:
+    """OAuth client metadata documents, fetched through their own allowlist
+    (SWITCHBOARD_OAUTH_CIMD_ALLOW_CIDRS), and the wrappers of the SDK's routes that check and
+    advertise them; None when SWITCHBOARD_OAUTH_CLIENT_METADATA_DOCUMENTS is off."""
+    s = services.settings
+    if not s.oauth_client_metadata_documents:
+        return None
+    allow = parse_cidrs(s.oauth_cimd_allow_cidrs)
+    documents = ClientDocuments(lambda: outbound_for(services, allow)[1], services.clock)
+    services.oauth_route_wrappers.update(route_wrappers(documents, auth_settings(s, oauth=True)))
+    return documents

@@ -14,10 +14,8 @@ shrinks every token at once, and widening it never widens a token.
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
-from urllib.parse import urlsplit
 
 from mcp.server.auth.provider import (
     AccessToken,
@@ -38,28 +36,23 @@ from switchboard.obs.logs import get_logger
 from switchboard.services import Services
 from switchboard.text import storable, summary
 from switchboard.verbs import ALL_VERBS
+from switchboard.web.cimd import (
+    DOCUMENT_KEY_PREFIX,
+    ClientDocuments,
+    DocumentRefused,
+    is_document_client_id,
+    stored_id,
+    stored_key,
+)
 from switchboard.web.keys import Keys
 from switchboard.web.oauth_store import ACCESS, REFRESH, CodeRecord, OAuthStore
+from switchboard.web.redirects import MAX_REDIRECT_URIS, redirect_uri_problem
 
 log = get_logger("switchboard.web.oauth")
 
 CONSENT_PATH = "/oauth/consent"
 REQUEST_MAX_AGE = 600  # seconds a human has to finish the consent screen
 CODE_SECONDS = 120.0
-MAX_REDIRECT_URIS = 10
-_FORBIDDEN_SCHEMES = {
-    "javascript",
-    "data",
-    "file",
-    "vbscript",
-    "about",
-    "blob",
-    "filesystem",
-    "ftp",
-    "ws",
-    "wss",
-}
-_LOOPBACK = {"localhost", "127.0.0.1", "::1"}
 
 
 class SwitchboardCode(AuthorizationCode):
@@ -79,51 +72,39 @@ class SwitchboardAccess(AccessToken):
     grant_id: str
 
 
-_NETLOC = re.compile(
-    r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\])(?::\d{1,5})?"
-)
-
-
-def redirect_uri_problem(uri: str) -> str | None:
-    """Why a redirect URI may not be registered, or None. https anywhere, http on loopback only (RFC
-    8252 native apps), or an app's private-use scheme such as ``cursor://``; never a scheme a browser
-    would run or read locally."""
-    if len(uri) > 2000:
-        return "redirect URI is too long"
-    parts = urlsplit(uri)
-    scheme = parts.scheme.lower()
-    if parts.fragment:
-        return "redirect URI must not have a fragment"
-    if "@" in parts.netloc:
-        return "redirect URI must not carry user information"
-    if parts.netloc and not _NETLOC.fullmatch(parts.netloc):
-        # The origin goes into the consent page's CSP form-action: only a plain host[:port] may.
-        return "redirect URI host must be a DNS name or an IP address, with an optional port"
-    if scheme == "https":
-        return None if parts.hostname else "https redirect URI needs a host"
-    if scheme == "http":
-        return None if (parts.hostname or "") in _LOOPBACK else "http redirect URIs must be on loopback"
-    if not scheme or scheme in _FORBIDDEN_SCHEMES:
-        return f"redirect URI scheme {scheme or '(none)'!r} is not allowed"
-    return None
-
-
 class OAuthProvider(OAuthAuthorizationServerProvider[SwitchboardCode, SwitchboardRefresh, AccessToken]):
     """The SDK's provider interface over :class:`OAuthStore`; the SEP-990 identity-assertion grant
     keeps the SDK's default (unsupported)."""
 
     def __init__(
-        self, services: Services, store: OAuthStore, keys: Keys, *, issuer: str, resource: str
+        self,
+        services: Services,
+        store: OAuthStore,
+        keys: Keys,
+        *,
+        issuer: str,
+        resource: str,
+        documents: ClientDocuments | None = None,
     ) -> None:
         self.services = services
         self.store = store
         self.keys = keys
         self.issuer = issuer
         self.resource = resource
+        self.documents = documents  # None: client metadata documents are off
 
     # -- clients --------------------------------------------------------------------------------
 
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
+        if is_document_client_id(client_id):
+            if self.documents is None:
+                return None
+            try:
+                return (await self.documents.resolve(client_id)).info.model_copy(deep=True)
+            except DocumentRefused:
+                return None  # the gate in front of /authorize and /token said which check failed
+        if client_id.startswith(DOCUMENT_KEY_PREFIX):
+            return None  # a document client's row is reached through its URL only
         found = await self.store.client(client_id)
         if found is None:
             return None
@@ -177,11 +158,22 @@ class OAuthProvider(OAuthAuthorizationServerProvider[SwitchboardCode, Switchboar
         return self.keys.open_request(blob, REQUEST_MAX_AGE)
 
     async def approve(
-        self, request: dict[str, Any], *, human_id: str, endpoint_id: str, verbs: list[str]
+        self,
+        request: dict[str, Any],
+        *,
+        human_id: str,
+        endpoint_id: str,
+        verbs: list[str],
+        client: OAuthClientInformationFull | None = None,
     ) -> str:
-        """The human approved: mint a single-use code and return where to send the browser."""
+        """The human approved: mint a single-use code and return where to send the browser. A client
+        metadata document's client is stored now (the row its code and grant hang off), not before."""
+        client_id = str(request["client_id"])
+        if is_document_client_id(client_id) and client is not None:
+            info = client.model_dump(mode="json", include={"client_id", "client_name", "redirect_uris"})
+            await self.store.remember_document_client(stored_id(client_id), client.client_name, info)
         code = await self.store.create_code(
-            client_id=request["client_id"],
+            client_id=stored_key(client_id),
             human_id=human_id,
             endpoint_id=endpoint_id,
             verbs=verbs,
@@ -210,15 +202,15 @@ class OAuthProvider(OAuthAuthorizationServerProvider[SwitchboardCode, Switchboar
     async def load_authorization_code(
         self, client: OAuthClientInformationFull, authorization_code: str
     ) -> SwitchboardCode | None:
-        record = await self.store.code(authorization_code, client.client_id or "")
+        record = await self.store.code(authorization_code, stored_key(client.client_id))
         if record is None:
             return None
-        return _code_model(authorization_code, record, self._wall(record.expires_at))
+        return _code_model(authorization_code, record, self._wall(record.expires_at), client.client_id or "")
 
     async def exchange_authorization_code(
         self, client: OAuthClientInformationFull, authorization_code: SwitchboardCode
     ) -> OAuthToken:
-        record = await self.store.code(authorization_code.code, client.client_id or "")
+        record = await self.store.code(authorization_code.code, stored_key(client.client_id))
         pair = None if record is None else await self.store.exchange_code(authorization_code.code, record)
         if pair is None:
             raise TokenError("invalid_grant", "authorization code is invalid, used or expired")
@@ -233,7 +225,7 @@ class OAuthProvider(OAuthAuthorizationServerProvider[SwitchboardCode, Switchboar
         self, client: OAuthClientInformationFull, refresh_token: str
     ) -> SwitchboardRefresh | None:
         record = await self.store.token(refresh_token, REFRESH)
-        if record is None or record.client_id != client.client_id:
+        if record is None or record.client_id != stored_key(client.client_id):
             return None
         if record.rotated:
             # A spent refresh token came back: someone holds a copy. Revoke everything under the grant.
@@ -242,7 +234,7 @@ class OAuthProvider(OAuthAuthorizationServerProvider[SwitchboardCode, Switchboar
             return None
         return SwitchboardRefresh(
             token=refresh_token,
-            client_id=record.client_id,
+            client_id=client.client_id or "",
             scopes=list(record.verbs),
             expires_at=int(self._wall(record.expires_at)),
             resource=record.resource,
@@ -269,7 +261,7 @@ class OAuthProvider(OAuthAuthorizationServerProvider[SwitchboardCode, Switchboar
             return None
         return SwitchboardAccess(
             token=token,
-            client_id=record.client_id,
+            client_id=await self.store.presented_id(record.client_id),
             scopes=list(record.verbs),
             expires_at=int(self._wall(record.expires_at)),
             resource=record.resource,
@@ -325,12 +317,12 @@ class OAuthProvider(OAuthAuthorizationServerProvider[SwitchboardCode, Switchboar
         return time.time() + max(remaining, 0.0)
 
 
-def _code_model(code: str, record: CodeRecord, expires_at: float) -> SwitchboardCode:
+def _code_model(code: str, record: CodeRecord, expires_at: float, client_id: str) -> SwitchboardCode:
     return SwitchboardCode(
         code=code,
         scopes=list(record.verbs),
         expires_at=expires_at,
-        client_id=record.client_id,
+        client_id=client_id,
         code_challenge=record.code_challenge,
         redirect_uri=record.redirect_uri,  # type: ignore[arg-type]  # pydantic parses the str
         redirect_uri_provided_explicitly=record.redirect_uri_explicit,

@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, update
 
 from switchboard.clock import Clock, ms
 from switchboard.cred import Envelope
 from switchboard.store.db import Database
+from switchboard.store.errors import Conflict
 from switchboard.store.schema_web import oauth_clients
+from switchboard.web.cimd import DOCUMENT_KEY_PREFIX
 
 
 def _secret_aad(client_id: str) -> str:
@@ -45,6 +47,26 @@ class OAuthClients:
                 )
             )
 
+    async def remember_document_client(self, key: str, name: str | None, info: dict[str, Any]) -> None:
+        """Keep the row of a client metadata document's client (stored under ``key``, its digest), with
+        what its document said at the latest approval. It has no secret."""
+        values = {"client_name": name, "info": json.dumps(info, separators=(",", ":"))}
+        async with self.db.begin() as conn:
+            updated = await conn.execute(
+                update(oauth_clients).where(oauth_clients.c.id == key).values(**values)
+            )
+        if updated.rowcount == 1:
+            return
+        try:
+            async with self.db.begin() as conn:
+                await conn.execute(
+                    insert(oauth_clients).values(
+                        id=key, secret_enc=None, created_at=ms(self.clock.now()), **values
+                    )
+                )
+        except Conflict:
+            pass  # a second approval of the same client inserted it first: the row is there
+
     async def client(self, client_id: str) -> tuple[dict[str, Any], str | None] | None:
         """The registration record and its opened secret (the SDK's authenticator compares it)."""
         if not client_id or len(client_id) > 64:
@@ -57,3 +79,11 @@ class OAuthClients:
             None if row.secret_enc is None else self.envelope.open(row.secret_enc, _secret_aad(client_id))
         )
         return json.loads(row.info), secret
+
+    async def presented_id(self, key: str) -> str:
+        """The client id a client presents, from its stored id: a document client's URL (kept in its
+        row's info) for its digest, any other id as it is."""
+        if not key.startswith(DOCUMENT_KEY_PREFIX):
+            return key
+        found = await self.client(key)
+        return str(found[0].get("client_id", key)) if found else key

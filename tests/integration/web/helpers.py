@@ -110,9 +110,15 @@ REDIRECT_URI = "http://127.0.0.1:1/callback"  # never dialled: the consent's red
 
 
 def oauth_provider(
-    inst: Instance, person: Human, consent: Consent, storage: MemoryStorage
+    inst: Instance,
+    person: Human,
+    consent: Consent,
+    storage: MemoryStorage,
+    client_metadata_url: str | None = None,
 ) -> OAuthClientProvider:
-    """The SDK's client OAuth support; its "browser" is ``person``, who submits the consent form."""
+    """The SDK's client OAuth support; its "browser" is ``person``, who submits the consent form. With
+    ``client_metadata_url`` the client identifies itself by that metadata document instead of
+    registering (when the server advertises support)."""
     loop = asyncio.get_running_loop()
     consent.result = loop.create_future()
 
@@ -162,17 +168,22 @@ def oauth_provider(
         storage=storage,
         redirect_handler=redirect_handler,
         callback_handler=callback_handler,
+        client_metadata_url=client_metadata_url,
     )
 
 
 @asynccontextmanager
 async def oauth_agent(
-    inst: Instance, person: Human, consent: Consent, storage: MemoryStorage | None = None
+    inst: Instance,
+    person: Human,
+    consent: Consent,
+    storage: MemoryStorage | None = None,
+    client_metadata_url: str | None = None,
 ) -> AsyncIterator[Agent]:
     """An MCP client authorised through the whole OAuth flow (register, authorize, consent, exchange).
     It lives in a task of its own, as tests.support.mcp_client explains."""
     storage = storage or MemoryStorage()
-    auth = oauth_provider(inst, person, consent, storage)
+    auth = oauth_provider(inst, person, consent, storage, client_metadata_url)
     ready: asyncio.Future[Agent] = asyncio.get_running_loop().create_future()
     stop = asyncio.Event()
 

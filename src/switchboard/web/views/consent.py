@@ -15,6 +15,7 @@ from starlette.responses import RedirectResponse, Response
 from switchboard.store.accounts import Endpoint
 from switchboard.store.errors import Conflict
 from switchboard.verbs import ALL_VERBS, DEFAULT_GRANT
+from switchboard.web.cimd import document_host
 from switchboard.web.errors import BadRequest, NotFound
 from switchboard.web.grants import grant_groups, parse_queues, parse_verbs
 from switchboard.web.oauth import OAuthProvider
@@ -47,6 +48,8 @@ async def consent(v: Visit) -> Response:
         "client_uri": str(client.client_uri) if client.client_uri else "",
         "redirect_uri": redirect_uri,
         "client_id": client.client_id,
+        # A client metadata document's name and website are its own claim: the host is what is known.
+        "document_host": document_host(client.client_id or ""),
     }
     endpoints = await v.web.services.accounts.list_endpoints(v.me.id)
     if v.request.method == "GET":
@@ -95,7 +98,7 @@ async def consent(v: Visit) -> Response:
         error = "Choose a new endpoint or one of yours."
     if error or endpoint is None:
         return _page(v, page, endpoints, verbs=verbs, form=form, error=error or EXPIRED, status=400)
-    url = await oauth.approve(request, human_id=v.me.id, endpoint_id=endpoint.id, verbs=verbs)
+    url = await oauth.approve(request, human_id=v.me.id, endpoint_id=endpoint.id, verbs=verbs, client=client)
     return RedirectResponse(url, status_code=303)
 
 
