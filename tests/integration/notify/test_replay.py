@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from standardwebhooks import Webhook
 
-from switchboard.store.schema import notify_deliveries
+from switchboard.store.schema import notify_deliveries, todos
 from tests.integration.notify.conftest import Env, notify_env
 from tests.support.receivers import Respond
 
@@ -102,3 +102,26 @@ async def test_resend_and_recover_over_mcp(tmp_path: Path) -> None:
         assert {(r.reason, r.outcome) for r in replays} == {("replay", "delivered")}
         # a recover again finds nothing: each one's newest row is delivered
         assert (await a.ok("recover_notify_hook", {"hook_id": hook, "since": since}))["found"] == 0
+
+
+async def test_a_replay_that_cannot_be_sent_says_why_and_sends_nothing(env: Env) -> None:
+    world, a = await env.tenant("ep-gone")
+    hook = (await a.ok("create_notify_hook", {"url": env.hook_url()}))["hook_id"]
+    (todo_id,) = await env.deliver(world)
+    sent = (await env.receiver.next_request()).header("webhook-id")
+    await flushed(env, hook, 1)
+
+    await env.notify.verbs.set_enabled(world.endpoint, hook, False, actor="test")
+    answer = await a.ok("resend_notification", {"notification_id": sent})
+    assert answer == {"notification_id": sent, "error": "hook_unavailable"}
+
+    await env.notify.verbs.set_enabled(world.endpoint, hook, True, actor="test")
+    async with env.services.db.begin() as conn:  # as retention would prune it
+        await conn.execute(delete(todos).where(todos.c.id == todo_id))
+    answer = await a.ok("resend_notification", {"notification_id": sent})
+    assert answer == {"notification_id": sent, "error": "todo_gone"}
+    assert (await a.call("recover_notify_hook", {"hook_id": hook, "since": "soon"})).code == (
+        "invalid_argument"
+    )
+    await env.settle()
+    assert len(env.receiver.requests) == 1 and len(await rows(env, hook)) == 1  # nothing sent or logged
