@@ -41,7 +41,14 @@ NOTIFY_HOOKS = VerbGroup(
     "Notify hooks: grants outbound HTTP calls",
     "Register HTTPS URLs that Switchboard will call when work is ready. Switchboard makes outbound "
     "HTTP requests to the URLs this endpoint registers.",
-    ("create_notify_hook", "list_notify_hooks", "rotate_notify_hook", "delete_notify_hook"),
+    (
+        "create_notify_hook",
+        "list_notify_hooks",
+        "rotate_notify_hook",
+        "delete_notify_hook",
+        "resend_notification",
+        "recover_notify_hook",
+    ),
     outbound_http=True,
 )
 A2A = VerbGroup(

@@ -263,6 +263,15 @@ TABLE: list[Row] = [
         "delete_notify_hook",
         mcp("delete_notify_hook", lambda t: {"hook_id": t.hook}, {"hook_id": UNKNOWN_HOOK}),
     ),
+    (
+        "mcp",
+        "recover_notify_hook",
+        mcp(
+            "recover_notify_hook",
+            lambda t: {"hook_id": t.hook, "since": "2000-01-01T00:00:00Z"},
+            {"hook_id": UNKNOWN_HOOK, "since": "2000-01-01T00:00:00Z"},
+        ),
+    ),
     ("mcp+ui", "lists", list_shows_nothing_of_alice),
     ("ui", "GET endpoint card", ui(lambda t: "/endpoints/alice-ep")),
     ("ui", "presence", ui(lambda t: "/endpoints/alice-ep/presence", {"state": "out"})),
@@ -277,6 +286,12 @@ TABLE: list[Row] = [
     ("ui", "hook rotate", ui(lambda t: f"/endpoints/alice-ep/hooks/{t.hook}/rotate", {})),
     ("ui", "alice hook test via bob's card", ui(lambda t: f"/endpoints/bob-ep/hooks/{t.hook}/test", {})),
     ("ui", "alice hook rotate via bob's card", ui(lambda t: f"/endpoints/bob-ep/hooks/{t.hook}/rotate", {})),
+    ("ui", "hook recover", ui(lambda t: f"/endpoints/alice-ep/hooks/{t.hook}/recover", {"since": "0"})),
+    (
+        "ui",
+        "alice hook recover via bob's card",
+        ui(lambda t: f"/endpoints/bob-ep/hooks/{t.hook}/recover", {"since": "2000-01-01T00:00:00Z"}),
+    ),
     (
         "ui",
         "source quarantine",

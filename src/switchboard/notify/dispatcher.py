@@ -27,13 +27,14 @@ from typing import Any
 
 from switchboard.clock import Clock
 from switchboard.notify import body as bodies
+from switchboard.notify import replay as replays
 from switchboard.notify.attempts import AttemptRunner, classify, retry_policy
 from switchboard.notify.deliveries import DeliveryLog
 from switchboard.notify.droplog import DropLog
 from switchboard.notify.fairness import OwnerFairness
 from switchboard.notify.flow import Flow
 from switchboard.notify.health import HealthRecorder
-from switchboard.notify.intake import Intake, limit_key
+from switchboard.notify.intake import Intake, hooks_granted, limit_key
 from switchboard.notify.notification import Notification, Signer, probe_result
 from switchboard.notify.outcomes import Outcomes
 from switchboard.notify.pool import WorkerPool
@@ -191,6 +192,39 @@ class Dispatcher:
             self.outcomes.end(n, "delivered")
         log.info("notify test sent", hook_id=hook_id, notification_id=n.id, outcome=n.outcome)
         return probe_result(n)
+
+    async def replay(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Send a finished notification again (issue 29, notify/replay.py): its body rebuilt from the
+        todo and the hook as they are now, offered to the intake like any other notification (the
+        per-hook window, the bounded queue, a new attempt cycle, a delivery-log row with reason
+        ``replay``). Answers ``queued``, or ``dropped`` with why, or an ``error`` code, nothing sent."""
+        nid = str(request["delivery_id"])
+        if not self.flow.accepting:
+            return {"notification_id": nid, "error": "not_running"}
+        endpoint_id, hook_id = str(request["endpoint_id"]), str(request["hook_id"])
+        found = (await self.intake.hooks.enabled_with_endpoints([endpoint_id])).get(endpoint_id)
+        match = None if found is None else next((m for m in found.hooks if m.hook.id == hook_id), None)
+        if found is None or match is None or not hooks_granted(found.endpoint):
+            return {"notification_id": nid, "error": "hook_unavailable"}
+        endpoint, now = found.endpoint, self.clock.now()
+        if request["type"] == "todo.ready":
+            todo = await self.intake.todos.get(endpoint_id, str(request.get("todo_id") or ""))
+            if todo is None:
+                return {"notification_id": nid, "error": "todo_gone"}
+            body = replays.ready_body(todo, endpoint.slug, now)
+        else:
+            pending, queues, oldest = await self.intake.todos.pending_summary(
+                endpoint_id, match.hook.effective_queues(endpoint.queues)
+            )
+            age = 0 if oldest is None else max(0, int(now - oldest / 1000))
+            body = bodies.todos_backlog(endpoint.slug, "operator", pending, queues, age, now)
+        url = self.intake.open_url(hook_id, match.url_sealed, request.get("todo_id"))
+        if url is None:
+            return {"notification_id": nid, "error": "hook_unavailable"}
+        n = replays.replayed(request, owner_id=endpoint.human_id, url=url, body=body)
+        await self.intake.offer(n)
+        log.info("notify replay offered", hook_id=hook_id, notification_id=nid, outcome=n.outcome)
+        return {"notification_id": nid, "queued": n.outcome is None, "dropped": n.detail}
 
     # -- lifecycle ---------------------------------------------------------------------------------
 

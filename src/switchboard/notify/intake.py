@@ -129,6 +129,8 @@ class Intake:
             log.error("hook read failed", hook_id=hook_id, todo_id=todo_id, stage="store", exc_info=True)
             return None
 
+    open_url = _open_url  # a replay opens its hook's URL as matching does (notify/replay.py)
+
     def on_unmatched_drop(self, t: Transition) -> None:
         """The hub's queue was full: dropped before any hook was matched, so log endpoint and todo ids."""
         if t.pushable:

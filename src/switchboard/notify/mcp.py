@@ -62,7 +62,43 @@ def registrar(verbs: NotifyHooks) -> Any:
             except HookError as err:
                 raise VerbError(err.code, err.message) from None  # type: ignore[arg-type]
 
-        for fn in (create_notify_hook, list_notify_hooks, rotate_notify_hook, delete_notify_hook):
+        async def resend_notification(
+            notification_id: Annotated[
+                str, Field(min_length=1, max_length=64, description="A webhook-id from your delivery log.")
+            ],
+        ) -> dict[str, Any]:
+            """Send one of your finished notifications again: the same webhook-id, a new signature and
+            timestamp, a new cycle of at most 3 attempts, counted in the hook's per-minute limit; its
+            outcome is a delivery-log row with reason "replay". The body is rebuilt from the todo as it is
+            now. Returns {notification_id, queued, dropped} or {notification_id, error} (todo_gone,
+            hook_unavailable). Errors: not_found, invalid_argument."""
+            try:
+                return await verbs.resend(current_endpoint(), notification_id)
+            except HookError as err:
+                raise VerbError(err.code, err.message) from None  # type: ignore[arg-type]
+
+        async def recover_notify_hook(
+            hook_id: HookId,
+            since: Annotated[
+                str, Field(min_length=1, description="ISO 8601 UTC, e.g. 2026-12-07T05:00:00Z.")
+            ],
+        ) -> dict[str, Any]:
+            """Send again every failed or dropped notification of this hook since `since`, oldest first,
+            each as resend_notification does. Returns {hook_id, since, found, queued, dropped, ...,
+            notifications}. Errors: not_found, invalid_argument."""
+            try:
+                return await verbs.recover(current_endpoint(), hook_id, since)
+            except HookError as err:
+                raise VerbError(err.code, err.message) from None  # type: ignore[arg-type]
+
+        for fn in (
+            create_notify_hook,
+            list_notify_hooks,
+            rotate_notify_hook,
+            delete_notify_hook,
+            resend_notification,
+            recover_notify_hook,
+        ):
             tc.add_tool(fn, name=fn.__name__, description=(fn.__doc__ or "").strip() + OUTBOUND)
 
     return register

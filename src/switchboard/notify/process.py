@@ -160,6 +160,11 @@ class RemoteDispatcher:
         worker = self.workers[child_of(endpoint_id, len(self.workers))]
         return await worker.send_test({"hook_id": hook_id, "endpoint_id": endpoint_id, "slug": endpoint_slug})
 
+    async def replay(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A replay (notify/replay.py), offered by the child that owns the endpoint (its hook's limiter)."""
+        worker = self.workers[child_of(str(request["endpoint_id"]), len(self.workers))]
+        return await worker.send_test(request, kind="replay")
+
     def on_unmatched_drop(self, t: Transition) -> None:
         """The hub's queue was full: dropped before any hook was matched (as the in-process dispatcher)."""
         if t.pushable:
@@ -317,13 +322,14 @@ class WorkerProcess:
             return
         await waiter
 
-    async def send_test(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def send_test(self, request: dict[str, Any], kind: str = "test") -> dict[str, Any]:
+        """One request answered by a ``tested`` line: a test send, or a replay (``kind``)."""
         self._idle_seq += 1
         seq = self._idle_seq
         waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._tests[seq] = waiter
         try:
-            if not self.send(line({"test": {**request, "seq": seq}})):
+            if not self.send(line({kind: {**request, "seq": seq}})):
                 raise WorkerUnavailable("the notify worker is not running")
             async with asyncio.timeout(TEST_TIMEOUT):
                 return await waiter

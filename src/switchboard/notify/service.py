@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from switchboard.notify import replay as replays
 from switchboard.notify.deliveries import Delivery, DeliveryLog
-from switchboard.notify.errors import CeilingExceeded, InvalidHook
+from switchboard.notify.errors import CeilingExceeded, HookNotFound, InvalidHook
 from switchboard.notify.store import Hook, HookStore
 from switchboard.obs.audit import audit
 from switchboard.push import TargetRejected, Validator
@@ -47,6 +49,8 @@ class Tester(Protocol):
     """Where a test send runs: the dispatcher that owns the hook's limiter (in this process or a child)."""
 
     async def send_test(self, hook_id: str, endpoint_id: str, endpoint_slug: str) -> dict[str, Any]: ...
+
+    async def replay(self, request: dict[str, Any]) -> dict[str, Any]: ...
 
 
 class NotifyHooks:
@@ -152,6 +156,81 @@ class NotifyHooks:
             return []
         return await self.deliveries.recent(endpoint.id, hid)
 
+    async def resend(
+        self, endpoint: Endpoint, delivery_id: object, *, actor: str | None = None
+    ) -> dict[str, Any]:
+        """Send one finished notification again (issue 29): same id, fresh signature and timestamp, a new
+        attempt cycle through the per-hook window. Another endpoint's id is not found, like an unknown one."""
+        if not isinstance(delivery_id, str) or not delivery_id:
+            raise InvalidHook("delivery_id must be a non-empty string")
+        row = (
+            None
+            if self.deliveries is None
+            else await replays.logged(self.deliveries.db, endpoint.id, delivery_id)
+        )
+        if row is None or row["kind"] != "notify":
+            raise HookNotFound(f"no notification {delivery_id!r}")
+        if row["test"] or row["type"] not in replays.REPLAYABLE:
+            raise InvalidHook("a test send is not replayed; send a new test")
+        await self.store.get(endpoint.id, row["target_id"])
+        result = await self._replay(endpoint, row["target_id"], row)
+        audit(
+            "hook.resend",
+            actor=actor or endpoint.id,
+            endpoint_id=endpoint.id,
+            hook_id=row["target_id"],
+            notification_id=delivery_id,
+            outcome=_said(result),
+        )
+        return result
+
+    async def recover(
+        self, endpoint: Endpoint, hook_id: object, since: object, *, actor: str | None = None
+    ) -> dict[str, Any]:
+        """Send again every failed or dropped notification of one hook since ``since``, oldest first,
+        each as :meth:`resend` does (the per-hook window drops what it does not admit, logged)."""
+        hid = _hook_id(hook_id)
+        since_ms = _since_ms(since)
+        await self.store.get(endpoint.id, hid)
+        rows = (
+            []
+            if self.deliveries is None
+            else await replays.failed_since(self.deliveries.db, endpoint.id, hid, since_ms)
+        )
+        results = [await self._replay(endpoint, hid, row) for row in rows]
+        counts: dict[str, int] = {}
+        for r in results:
+            counts[_said(r)] = counts.get(_said(r), 0) + 1
+        audit(
+            "hook.recover",
+            actor=actor or endpoint.id,
+            endpoint_id=endpoint.id,
+            hook_id=hid,
+            since=since_ms,
+            found=len(rows),
+            **counts,
+        )
+        return {
+            "hook_id": hid,
+            "since": _iso_ms(since_ms),
+            "found": len(rows),
+            **counts,
+            "notifications": results,
+        }
+
+    async def _replay(self, endpoint: Endpoint, hook_id: str, row: dict[str, Any]) -> dict[str, Any]:
+        if self.tester is None:
+            raise InvalidHook("notify hooks are disabled on this server")
+        return await self.tester.replay(
+            {
+                "delivery_id": row["id"],
+                "hook_id": hook_id,
+                "endpoint_id": endpoint.id,
+                "todo_id": row["subject_id"],
+                "type": row["type"],
+            }
+        )
+
     async def delete(
         self, endpoint: Endpoint, hook_id: object, *, actor: str | None = None
     ) -> dict[str, Any]:
@@ -165,6 +244,27 @@ def _hook_id(value: object) -> str:
     if not isinstance(value, str) or not value:
         raise InvalidHook("hook_id must be a non-empty string")
     return value
+
+
+def _said(result: dict[str, Any]) -> str:
+    """One replay's answer as one word: queued, dropped, or its error code."""
+    if result.get("error"):
+        return str(result["error"])
+    return "queued" if result.get("queued") else "dropped"
+
+
+def _since_ms(value: object) -> int:
+    """``since``: epoch seconds, or an ISO 8601 UTC time (``2026-12-07T05:00:00Z``)."""
+    if isinstance(value, bool):
+        raise InvalidHook("since must be an ISO 8601 time or epoch seconds")
+    if isinstance(value, int | float):
+        return int(value * 1000)
+    if isinstance(value, str) and value:
+        try:
+            return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
+        except ValueError:
+            pass
+    raise InvalidHook("since must be an ISO 8601 time or epoch seconds")
 
 
 def _queues(value: object, endpoint: Endpoint) -> Sequence[str]:

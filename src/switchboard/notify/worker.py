@@ -118,6 +118,14 @@ async def run(
             result = {"outcome": "failed", "error": "internal_error"}
         send({"tested": request["seq"], "result": result})
 
+    async def replay(request: dict[str, Any]) -> None:
+        try:
+            result = await dispatcher.replay(request)
+        except Exception as exc:  # the caller sees an error; this worker carries on
+            log.error("notify replay failed", stage="replay", error_type=type(exc).__name__)
+            result = {"notification_id": request.get("delivery_id"), "error": "internal_error"}
+        send({"tested": request["seq"], "result": result})
+
     async def prepare() -> None:
         try:
             await hooks.prepare()
@@ -143,6 +151,10 @@ async def run(
                     await dispatcher.on_presence_return(presence_of(message["p"]))
                 elif "test" in message:  # a task: one slow receiver never holds up the pipe
                     task = asyncio.create_task(test(message["test"]), name="notify-test")
+                    tests.add(task)
+                    task.add_done_callback(tests.discard)
+                elif "replay" in message:  # a task too: its hook read and todo read wait on the database
+                    task = asyncio.create_task(replay(message["replay"]), name="notify-replay")
                     tests.add(task)
                     task.add_done_callback(tests.discard)
                 elif "idle" in message:

@@ -15,7 +15,7 @@ from switchboard.a2a.configs import PUSH_VERB
 from switchboard.audit import audit
 from switchboard.manage import deletes
 from switchboard.notify.component import NotifyComponent
-from switchboard.notify.errors import HookNotFound
+from switchboard.notify.errors import HookNotFound, InvalidHook
 from switchboard.notify.process import WorkerUnavailable
 from switchboard.store.accounts import SLUG, Endpoint
 from switchboard.store.errors import Conflict
@@ -226,7 +226,7 @@ async def hook_action(v: Visit) -> Response:
     notify = notify_of(v)
     action = str(v.request.path_params.get("action", ""))
     hook_id = str(v.request.path_params.get("hook_id", ""))
-    if notify is None or action not in ("disable", "enable", "delete", "test", "rotate"):
+    if notify is None or action not in ("disable", "enable", "delete", "test", "rotate", "resend", "recover"):
         raise NotFound()
     verbs = notify.verbs
     try:  # each call finds the hook among this endpoint's own: another endpoint's is not found alike
@@ -246,6 +246,8 @@ async def hook_action(v: Visit) -> Response:
                 outcome=result.get("outcome"),
             )
             return await card(v, notice={"kind": "test", "hook_id": hook_id, "result": result})
+        if action in ("resend", "recover"):  # issue 29: the service writes the audit line
+            return await card(v, notice=await _replay(v, endpoint, hook_id, action))
         if action == "rotate":
             rotated = await verbs.rotate(endpoint, hook_id, by_owner=True, actor=v.me.email)
             fresh = await notify.store.get(endpoint.id, hook_id)
@@ -260,6 +262,23 @@ async def hook_action(v: Visit) -> Response:
     except HookNotFound:
         raise NotFound("That hook does not exist on this endpoint.") from None
     return v.redirect(*_back(endpoint, "hook_disabled" if action == "disable" else "hook_enabled"))
+
+
+async def _replay(v: Visit, endpoint: Endpoint, hook_id: str, action: str) -> dict[str, Any]:
+    """Resend one delivery-log row, or recover the hook's failures since a time (notify/replay.py)."""
+    notify = notify_of(v)
+    assert notify is not None
+    actor = v.me.email
+    try:
+        if action == "resend":
+            result = await notify.verbs.resend(endpoint, str(v.form.get("notification") or ""), actor=actor)
+        else:
+            result = await notify.verbs.recover(endpoint, hook_id, v.form.get("since"), actor=actor)
+    except InvalidHook as err:
+        raise BadRequest(err.message + " Nothing was sent.") from None
+    except (WorkerUnavailable, TimeoutError):
+        result = {"error": "worker_unavailable"}
+    return {"kind": action, "hook_id": hook_id, "result": result}
 
 
 async def delete_push_config(v: Visit) -> Response:
