@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import floor, report, s1_ingest, s2_dispatch, s3_overflow, s4_claim, s5_profile
+from bench import floor, report, s1_ingest, s2_dispatch, s3_overflow, s4_claim, s5_profile, startup
 from bench.common import BenchCA, Progress, load_average
 from bench.context import Bench
 from bench.procs import ClientProc
@@ -28,14 +28,14 @@ SCENARIOS = {
     "s5": s5_profile,
 }
 # Run only when named in --only (scenario 4 measures the floor through its own server).
-EXTRA = {"floor": floor}
+EXTRA = {"floor": floor, "startup": startup}
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 
 
 def _args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument(
-        "--only", default="", help="comma-separated scenarios (s1..s5, floor); default: s1..s5"
+        "--only", default="", help="comma-separated scenarios (s1..s5, floor, startup); default: s1..s5"
     )
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--no-doc", action="store_true", help="do not rewrite docs/benchmarks.md")
