@@ -25,6 +25,7 @@ from bench import (
     s5_profile,
     s6_retention,
     soak,
+    startup,
 )
 from bench.common import BenchCA, Progress, load_average
 from bench.context import Bench
@@ -38,14 +39,16 @@ SCENARIOS = {
     "s5": s5_profile,
 }
 # Run only when named in --only (scenario 4 measures the floor through its own server).
-EXTRA = {"floor": floor, "s6": s6_retention, "soak": soak}  # s6: the retention prune (issue 28)
+EXTRA = {"floor": floor, "s6": s6_retention, "soak": soak, "startup": startup}  # s6: the retention prune
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 
 
 def _args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument(
-        "--only", default="", help="comma-separated scenarios (s1..s5, floor, s6, soak); default: s1..s5"
+        "--only",
+        default="",
+        help="comma-separated scenarios (s1..s5, floor, s6, soak, startup); default: s1..s5",
     )
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--no-doc", action="store_true", help="do not rewrite docs/benchmarks.md")

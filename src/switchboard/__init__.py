@@ -1,10 +1,26 @@
 """Switchboard: a self-hosted work-queue server for AI agents and automation."""
 
-from importlib.metadata import PackageNotFoundError, version
+from __future__ import annotations
 
-try:
-    __version__ = version("switchboard")
-except PackageNotFoundError:  # running from a source tree without an install
-    __version__ = "0.0.0+local"
+import functools
 
 __all__ = ["__version__"]
+
+
+@functools.cache
+def _version() -> str:
+    # Looked up on first use, not at import: importlib.metadata and its scan of the installed
+    # distributions cost a CLI command that never prints the version about 30 ms (docs/cli.md).
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("switchboard")
+    except PackageNotFoundError:  # running from a source tree without an install
+        return "0.0.0+local"
+
+
+def __getattr__(name: str) -> str:
+    """``switchboard.__version__`` (PEP 562: the module's attribute, computed when first read)."""
+    if name == "__version__":
+        return _version()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,7 +11,7 @@ from typing import NoReturn
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["serve"]:
+    if args[:1] == ["serve"] and not {"-h", "--help"} & set(args):
         from switchboard.preflight import quick_serve_check
 
         refused = quick_serve_check(args[1:])

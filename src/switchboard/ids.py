@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import socket
+
 from ulid import ULID
 
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{ULID()}"
+
+
+def instance_id() -> str:
+    """This process's name in logs, metrics and /healthz when SWITCHBOARD_INSTANCE_ID is not set."""
+    return f"{socket.gethostname()}-{os.getpid()}-{new_id('i')[-6:]}"
 
 
 def todo_id() -> str:

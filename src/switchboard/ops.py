@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from switchboard.preflight import sqlite_path as sqlite_path  # re-exported: `backup` reads it here
 from switchboard.settings import Settings
 from switchboard.store.db import (
     Database,
@@ -63,14 +64,6 @@ async def ensure_schema(db: Database, settings: Settings) -> SchemaStatus:
         await db.migrate()
         status = await db.schema_status()
     return status
-
-
-def sqlite_path(url: str) -> Path | None:
-    """The file of a ``sqlite+aiosqlite:///PATH`` URL; None for PostgreSQL or an in-memory database."""
-    prefix = "sqlite+aiosqlite:///"
-    if not url.startswith(prefix) or ":memory:" in url:
-        return None
-    return Path(url[len(prefix) :])
 
 
 def backup_sqlite(source: Path, dest_dir: Path, key_file: Path | None) -> dict[str, Any]:

@@ -90,6 +90,20 @@ def check_listen(settings: Settings) -> None:
             ) from None
 
 
+def sqlite_path(url: str) -> Path | None:
+    """The file of a ``sqlite+aiosqlite:///PATH`` URL; None for PostgreSQL or an in-memory database."""
+    prefix = "sqlite+aiosqlite:///"
+    if not url.startswith(prefix) or ":memory:" in url:
+        return None
+    return Path(url[len(prefix) :])
+
+
+def first_start(settings: Settings) -> bool:
+    """A SQLite database that does not exist yet: nothing to check, the server creates it."""
+    path = sqlite_path(settings.resolved_database_url())
+    return path is not None and not path.exists()
+
+
 def check(settings: Settings) -> None:
     check_data_dir(settings)
     check_listen(settings)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import socket
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -12,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from switchboard.clock import Clock, SystemClock
 from switchboard.cred import Envelope, load_or_create_key
-from switchboard.ids import new_id
+from switchboard.ids import instance_id as new_instance_id
 from switchboard.obs.metrics import Metrics
 from switchboard.operator.events import operator_events
 from switchboard.operator.sink import NullSink, OperatorSink
@@ -129,7 +127,7 @@ def build_services(
     clock = clock or SystemClock()
     if ssl_context is None and settings.ca_bundle is not None:
         ssl_context = outbound_ssl_context(settings.ca_bundle)
-    instance_id = settings.instance_id or f"{socket.gethostname()}-{os.getpid()}-{new_id('i')[-6:]}"
+    instance_id = settings.instance_id or new_instance_id()
     metrics = Metrics()
     if settings.data_dir.exists() or settings.cred_key is None or not settings.database_url:
         secure_data_dir(settings.data_dir)  # 0700: cred.key and the SQLite database live here

@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from switchboard.front import STARTING
 from tests.support.server import TEST_CRED_KEY, free_port
 
 READY_TIMEOUT = 90.0  # a bound: ~6 s on a quiet 2-core box; the suite runs three test processes at once
@@ -211,7 +212,8 @@ class ServerProcess:
             )
 
     async def ready(self, timeout: float = READY_TIMEOUT) -> float:
-        """Poll /healthz (bounded) until it answers 200; returns how long it took."""
+        """Poll (bounded) until the full app runs: /readyz answers 200, or 503 for a reason other than
+        ``starting`` (serve binds before its app starts, switchboard.front); how long it took."""
         started = time.monotonic()
         async with httpx.AsyncClient(base_url=self.base_url, timeout=2) as http:
             while time.monotonic() - started < timeout:
@@ -220,7 +222,10 @@ class ServerProcess:
                         f"{self.name} exited with {self.proc and self.proc.returncode}:\n{self.log_tail()}"
                     )
                 with contextlib.suppress(httpx.TransportError):
-                    if (await http.get("/healthz")).status_code == 200:
+                    answer = await http.get("/readyz")
+                    if answer.status_code == 200 or (
+                        answer.status_code == 503 and STARTING not in answer.json().get("reasons", [])
+                    ):
                         return time.monotonic() - started
                 await asyncio.sleep(0.05)  # a child process offers nothing to await
         raise AssertionError(f"{self.name} not ready after {timeout} s:\n{self.log_tail()}")

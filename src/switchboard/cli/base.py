@@ -1,5 +1,8 @@
 """What every CLI command shares: the error and output types, argument types that refuse bad input
-before anything touches the database, rendering, and opening the settings and services."""
+before anything touches the database, rendering, and opening the settings and services.
+
+Imported to build the parser, so it imports nothing heavy at module level: the settings, the stores and
+SQLAlchemy load when a command needs them (``switchboard --help`` stays quick; docs/cli.md)."""
 
 from __future__ import annotations
 
@@ -8,17 +11,15 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.exc import ArgumentError
-
-from switchboard import preflight
-from switchboard.ids import looks_like
-from switchboard.manage.sources import check_event_kind
-from switchboard.services import Services, build_services
-from switchboard.settings import Settings
-from switchboard.store.accounts import EMAIL, QUEUE, SLUG, Endpoint
+from switchboard.names import EMAIL, QUEUE, SLUG
 from switchboard.verbs import ALL_VERBS, unknown_verbs
+
+if TYPE_CHECKING:
+    from switchboard.services import Services
+    from switchboard.settings import Settings
+    from switchboard.store.accounts import Endpoint
 
 EXIT_FAILED = 1
 
@@ -48,7 +49,7 @@ class Output:
     text: str
 
 
-Handler = Callable[[Services, argparse.Namespace], Awaitable[Output]]
+Handler = Callable[["Services", argparse.Namespace], Awaitable[Output]]
 
 
 def arg_slug(value: str) -> str:
@@ -75,6 +76,8 @@ def arg_queue(value: str) -> str:
 
 def arg_event_kind(value: str) -> str:
     """Refused while parsing, by the same rule (and message) the web form's route gets."""
+    from switchboard.manage.sources import check_event_kind  # only `route create --kind` loads the stores
+
     try:
         return check_event_kind(value)
     except ValueError as exc:
@@ -115,6 +118,8 @@ def arg_limit(value: str) -> int:
 
 
 def arg_todo_id(value: str) -> str:
+    from switchboard.ids import looks_like  # its module loads the ULID library
+
     if not looks_like("td", value):
         raise argparse.ArgumentTypeError(f"{value!r} is not a todo id (td_...)")
     return value
@@ -194,6 +199,8 @@ async def require_endpoint(services: Services, slug: str) -> Endpoint:
 
 def load_settings(args: argparse.Namespace) -> Settings:
     """Settings from ``SWITCHBOARD_*``, with the command-line flags winning."""
+    from switchboard import preflight
+
     overrides: dict[str, Any] = {}
     if args.data is not None:
         overrides["data_dir"] = args.data
@@ -206,6 +213,10 @@ def load_settings(args: argparse.Namespace) -> Settings:
 
 
 def open_services(settings: Settings) -> Services:
+    from sqlalchemy.exc import ArgumentError
+
+    from switchboard.services import build_services
+
     try:
         return build_services(settings)
     except ArgumentError:  # the URL may hold a password: never echo it

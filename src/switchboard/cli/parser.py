@@ -1,4 +1,7 @@
-"""The argument parser: every command, its arguments and its handler."""
+"""The argument parser: every command, its arguments and the name of its handler.
+
+A handler is named, not imported: ``switchboard.cli.run`` imports the one command module that runs, so
+building the parser (and ``--help``) loads no store, no settings and no SQLAlchemy."""
 
 from __future__ import annotations
 
@@ -6,23 +9,9 @@ import argparse
 from pathlib import Path
 from typing import Any, NoReturn
 
-from switchboard.cli.accounts import (
-    endpoint_delete,
-    endpoint_grant,
-    endpoint_list,
-    endpoint_revoke_token,
-    endpoint_vend,
-    human_create,
-    human_delete,
-    human_list,
-    human_operator,
-    human_password,
-    human_sign_out,
-)
 from switchboard.cli.base import (
     EXIT_USAGE,
     CliError,
-    Handler,
     arg_email,
     arg_event_kind,
     arg_limit,
@@ -32,19 +21,7 @@ from switchboard.cli.base import (
     arg_todo_id,
     arg_verbs,
 )
-from switchboard.cli.hooks import hook_delete, hook_list, hook_set_enabled
-from switchboard.cli.inbound import (
-    route_create,
-    route_list,
-    source_create,
-    source_delete,
-    source_list,
-    source_rotate_secret,
-)
-from switchboard.cli.schema import backup, db_status, db_upgrade
-from switchboard.cli.todos import todo_list, todo_move, todo_show
-from switchboard.store.console import AGES, STATES
-from switchboard.store.sources import KINDS, TRUSTS
+from switchboard.names import AGES, KINDS, STATES, TRUSTS
 from switchboard.verbs import DEFAULT_GRANT
 
 
@@ -110,13 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
             dest="action", metavar="ACTION", required=True
         )
 
-    def command(sub: Any, name: str, handler: Handler, help: str) -> argparse.ArgumentParser:
+    def command(sub: Any, name: str, handler: str, help: str) -> argparse.ArgumentParser:
         cmd: argparse.ArgumentParser = sub.add_parser(name, parents=[common], help=help)
         cmd.set_defaults(handler=handler)
         return cmd
 
     humans = group("human", "create and list humans")
-    cmd = command(humans, "create", human_create, "create a human (password read from stdin)")
+    cmd = command(humans, "create", "human_create", "create a human (password read from stdin)")
     cmd.add_argument("email", type=arg_email, metavar="EMAIL")
     cmd.add_argument(
         "--password-stdin",
@@ -125,20 +102,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="read the password from the first line of stdin (at least 10 characters)",
     )
     cmd.add_argument("--operator", action="store_true", help="make the human an instance operator")
-    command(humans, "list", human_list, "list humans")
-    cmd = command(humans, "operator", human_operator, "grant or revoke the instance operator role")
+    command(humans, "list", "human_list", "list humans")
+    cmd = command(humans, "operator", "human_operator", "grant or revoke the instance operator role")
     cmd.add_argument("role", choices=("grant", "revoke"))
     cmd.add_argument("email", type=arg_email, metavar="EMAIL")
-    cmd = command(humans, "delete", human_delete, "delete a human with their endpoints and sources")
+    cmd = command(humans, "delete", "human_delete", "delete a human with their endpoints and sources")
     cmd.add_argument("email", type=arg_email, metavar="EMAIL")
-    cmd = command(humans, "password", human_password, "set a human's password (read from stdin)")
+    cmd = command(humans, "password", "human_password", "set a human's password (read from stdin)")
     cmd.add_argument("email", type=arg_email, metavar="EMAIL")
     cmd.add_argument("--password-stdin", action="store_true", required=True, help="read it from stdin")
-    cmd = command(humans, "sign-out", human_sign_out, "end every browser session of a human")
+    cmd = command(humans, "sign-out", "human_sign_out", "end every browser session of a human")
     cmd.add_argument("email", type=arg_email, metavar="EMAIL")
 
     endpoints = group("endpoint", "vend, list and re-grant endpoints")
-    cmd = command(endpoints, "vend", endpoint_vend, "vend an endpoint and print its token once")
+    cmd = command(endpoints, "vend", "endpoint_vend", "vend an endpoint and print its token once")
     cmd.add_argument("--human", required=True, metavar="EMAIL", help="the owning human")
     cmd.add_argument("--slug", required=True, type=arg_slug)
     cmd.add_argument("--queues", required=True, type=arg_queues, metavar="Q1,Q2", help="queues it may drain")
@@ -151,44 +128,44 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="QUEUE",
         help="where its A2A messages without metadata.queue go (default: the first of --queues)",
     )
-    cmd = command(endpoints, "grant", endpoint_grant, "add or remove verbs on an existing endpoint")
+    cmd = command(endpoints, "grant", "endpoint_grant", "add or remove verbs on an existing endpoint")
     cmd.add_argument("slug", type=arg_slug, metavar="SLUG")
     cmd.add_argument("--add", type=arg_verbs, metavar="V1,V2", help="verbs to grant")
     cmd.add_argument("--remove", type=arg_verbs, metavar="V1,V2", help="verbs to take away")
-    cmd = command(endpoints, "list", endpoint_list, "list endpoints (never their tokens)")
+    cmd = command(endpoints, "list", "endpoint_list", "list endpoints (never their tokens)")
     cmd.add_argument("--human", metavar="EMAIL", help="only this human's endpoints")
-    cmd = command(endpoints, "delete", endpoint_delete, "delete an endpoint with its todos, hooks, routes")
+    cmd = command(endpoints, "delete", "endpoint_delete", "delete an endpoint with its todos, hooks, routes")
     cmd.add_argument("slug", type=arg_slug, metavar="SLUG")
 
     sources = group("source", "register and list inbound webhook sources")
-    cmd = command(sources, "create", source_create, "register a source and print its secret once")
+    cmd = command(sources, "create", "source_create", "register a source and print its secret once")
     cmd.add_argument("--human", required=True, metavar="EMAIL", help="the owning human")
     cmd.add_argument("--slug", required=True, type=arg_slug)
     cmd.add_argument("--kind", required=True, choices=KINDS)
     cmd.add_argument("--trust", required=True, choices=TRUSTS)
-    command(sources, "list", source_list, "list sources (never their secrets)")
-    cmd = command(sources, "delete", source_delete, "delete a source and its routes (its todos stay)")
+    command(sources, "list", "source_list", "list sources (never their secrets)")
+    cmd = command(sources, "delete", "source_delete", "delete a source and its routes (its todos stay)")
     cmd.add_argument("slug", type=arg_slug, metavar="SLUG")
 
-    cmd = command(endpoints, "revoke-token", endpoint_revoke_token, "revoke an endpoint's bearer token")
+    cmd = command(endpoints, "revoke-token", "endpoint_revoke_token", "revoke an endpoint's bearer token")
     cmd.add_argument("slug", type=arg_slug, metavar="SLUG")
-    cmd = command(sources, "rotate-secret", source_rotate_secret, "mint a new source secret, print it once")
+    cmd = command(sources, "rotate-secret", "source_rotate_secret", "mint a new source secret, print it once")
     cmd.add_argument("slug", type=arg_slug, metavar="SLUG")
 
     hooks = group("hook", "an endpoint's notify hooks, as its owner sees them on the endpoint card")
-    cmd = command(hooks, "list", hook_list, "list an endpoint's hooks (URLs redacted, never a secret)")
+    cmd = command(hooks, "list", "hook_list", "list an endpoint's hooks (URLs redacted, never a secret)")
     cmd.add_argument("slug", type=arg_slug, metavar="ENDPOINT")
     for name, handler, what in (
-        ("disable", hook_set_enabled, "disable a hook as its owner (only a human re-enables it)"),
-        ("enable", hook_set_enabled, "re-enable a hook (lifts any disable)"),
-        ("delete", hook_delete, "delete a hook"),
+        ("disable", "hook_set_enabled", "disable a hook as its owner (only a human re-enables it)"),
+        ("enable", "hook_set_enabled", "re-enable a hook (lifts any disable)"),
+        ("delete", "hook_delete", "delete a hook"),
     ):
         cmd = command(hooks, name, handler, what)
         cmd.add_argument("slug", type=arg_slug, metavar="ENDPOINT")
         cmd.add_argument("hook_id", metavar="HOOK_ID")
 
     work = group("todo", "list, show, requeue and cancel todos (the web console's operations)")
-    cmd = command(work, "list", todo_list, "todos, newest first, filtered")
+    cmd = command(work, "list", "todo_list", "todos, newest first, filtered")
     cmd.add_argument("--human", metavar="EMAIL", help="only this human's endpoints' todos")
     cmd.add_argument("--state", choices=STATES)
     cmd.add_argument("--queue", type=arg_queue, metavar="Q")
@@ -202,15 +179,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--before", type=arg_todo_id, metavar="TODO_ID", help="page on: todos older than this one"
     )
     for name, handler, what in (
-        ("show", todo_show, "a todo with its payload and timeline"),
-        ("requeue", todo_move, "put a failed or dead todo back to pending with a fresh attempt budget"),
-        ("cancel", todo_move, "cancel a pending, claimed or failed todo"),
+        ("show", "todo_show", "a todo with its payload and timeline"),
+        ("requeue", "todo_move", "put a failed or dead todo back to pending with a fresh attempt budget"),
+        ("cancel", "todo_move", "cancel a pending, claimed or failed todo"),
     ):
         cmd = command(work, name, handler, what)
         cmd.add_argument("todo_id", type=arg_todo_id, metavar="TODO_ID")
 
     routes = group("route", "map sources to queues and endpoints")
-    cmd = command(routes, "create", route_create, "route a source's deliveries to a queue and endpoint")
+    cmd = command(routes, "create", "route_create", "route a source's deliveries to a queue and endpoint")
     cmd.add_argument("--source", required=True, type=arg_slug, metavar="SLUG")
     cmd.add_argument("--queue", required=True, type=arg_queue, metavar="Q")
     cmd.add_argument("--endpoint", required=True, type=arg_slug, metavar="SLUG")
@@ -219,16 +196,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=arg_event_kind,
         help="only deliveries of this event kind, e.g. push (default: every kind)",
     )
-    command(routes, "list", route_list, "list routes")
+    command(routes, "list", "route_list", "list routes")
 
     db = group("db", "the database schema: status and upgrade")
-    command(db, "status", db_status, "the schema revision against this build's head").set_defaults(
+    command(db, "status", "db_status", "the schema revision against this build's head").set_defaults(
         schema="raw"
     )
-    command(db, "upgrade", db_upgrade, "upgrade the schema to this build's head").set_defaults(schema="raw")
+    command(db, "upgrade", "db_upgrade", "upgrade the schema to this build's head").set_defaults(schema="raw")
     cmd = groups.add_parser(
         "backup", parents=[common], help="copy the SQLite database (online) and its key file into DIR"
     )
     cmd.add_argument("dest", type=Path, metavar="DIR", help="an empty or new folder")
-    cmd.set_defaults(handler=backup)
+    cmd.set_defaults(handler="backup")
     return parser

@@ -3,27 +3,53 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import getpass
 import json
 import sys
 from collections.abc import Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING
 
-from sqlalchemy.exc import SQLAlchemyError
-
-from switchboard import ops
 from switchboard.cli.base import EXIT_FAILED, CliError, Handler, Output, load_settings, open_services
 from switchboard.cli.parser import build_parser
-from switchboard.cli.serve import serve
-from switchboard.cli.tools import call_verb, listen_receiver, verify_stdin, wait_until_ready
-from switchboard.obs import configure_logging
-from switchboard.obs.logs import scrub
-from switchboard.settings import Settings
-from switchboard.store.db import SchemaMismatch
-from switchboard.store.errors import Conflict, NotFound, StoreError, StoreUnavailable
+
+if TYPE_CHECKING:
+    from switchboard.settings import Settings
+
+# Only what parsing needs is imported above: a command imports its own module (and through it the
+# settings, the stores and SQLAlchemy) when it runs, so `--help` and usage errors stay quick (docs/cli.md).
+
+
+def _commands(group: str) -> ModuleType:
+    """The module holding the handlers of a command group (the parser names them, run imports them)."""
+    if group in ("human", "endpoint"):
+        from switchboard.cli import accounts
+
+        return accounts
+    if group in ("source", "route"):
+        from switchboard.cli import inbound
+
+        return inbound
+    if group == "hook":
+        from switchboard.cli import hooks
+
+        return hooks
+    if group == "todo":
+        from switchboard.cli import todos
+
+        return todos
+    from switchboard.cli import schema  # db, backup
+
+    return schema
 
 
 async def _admin(args: argparse.Namespace, settings: Settings) -> Output:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from switchboard import ops
+    from switchboard.store.db import SchemaMismatch
+
+    handler: Handler = getattr(_commands(args.group), args.handler)
     services = open_services(settings)
     try:
         try:
@@ -35,7 +61,6 @@ async def _admin(args: argparse.Namespace, settings: Settings) -> Output:
             raise CliError(
                 f"database unavailable: {type(exc).__name__}", "unavailable", EXIT_FAILED
             ) from None
-        handler: Handler = args.handler
         return await handler(services, args)
     finally:
         await services.close()
@@ -53,6 +78,13 @@ def _read_password() -> str:
 
 
 def _run(args: argparse.Namespace) -> Output:
+    import asyncio
+
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from switchboard.obs.logs import configure_logging
+    from switchboard.store.errors import Conflict, NotFound, StoreError, StoreUnavailable
+
     if getattr(args, "password_stdin", False):
         args.password = _read_password()
     configure_logging("WARNING")  # library warnings as scrubbed JSON lines on stderr, not plain text
@@ -73,6 +105,8 @@ def _run(args: argparse.Namespace) -> Output:
 
 
 def _fail(error: CliError, as_json: bool) -> int:
+    from switchboard.obs.logs import scrub
+
     message = scrub(error.message)
     print(f"error: {message}", file=sys.stderr)
     if error.prog:
@@ -88,13 +122,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.group == "serve":
+            from switchboard.cli.serve import serve
+
             return serve(load_settings(args))
-        if args.group == "wait-ready":
-            return wait_until_ready(args)
-        if args.group == "call":
-            return call_verb(args)
-        if args.group in ("listen", "verify"):
-            return listen_receiver(args) if args.group == "listen" else verify_stdin(args)
+        if args.group in ("wait-ready", "call", "listen", "verify"):
+            from switchboard.cli import tools
+
+            return tools.run(args)
         output = _run(args)
     except CliError as exc:
         return _fail(exc, as_json)

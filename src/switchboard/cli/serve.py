@@ -1,4 +1,8 @@
-"""``switchboard serve``: preflight, then uvicorn until SIGTERM or SIGINT."""
+"""``switchboard serve``: preflight, then uvicorn until SIGTERM or SIGINT.
+
+The port is bound before the full app is imported and started (switchboard.front): /healthz answers
+within a moment of the start, /readyz once everything runs, and requests that come earlier wait for it.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ import sys
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from switchboard import fdlimit, ops, preflight
+from switchboard import fdlimit, preflight
 from switchboard.cli.base import (
     EXIT_FAILED,
     EXIT_SERVE,
@@ -20,12 +24,15 @@ from switchboard.cli.base import (
     shares_key_warning,
 )
 from switchboard.heap import freeze_startup_heap
-from switchboard.obs import configure_logging, get_logger
-from switchboard.obs.logs import scrub
+from switchboard.ids import instance_id
+from switchboard.obs.logs import configure_logging, get_logger, scrub
 from switchboard.settings import Settings
 
 if TYPE_CHECKING:
     import uvicorn
+    from starlette.types import ASGIApp
+
+    from switchboard.services import Services
 
 log = get_logger("switchboard.cli")
 
@@ -34,11 +41,12 @@ def serve(settings: Settings) -> int:
     """Run the server until SIGTERM or SIGINT; uvicorn drains connections and runs the lifespan's shutdown."""
     import uvicorn  # only serve needs the web stack; admin commands stay quick to start
 
-    from switchboard.app import create_app
+    from switchboard import __version__
+    from switchboard.front import Front
 
     try:
         _preflight(settings)
-    except (ops.OpsError, preflight.ConfigError) as exc:
+    except preflight.ConfigError as exc:
         print(f"error: {scrub(exc.message)}", file=sys.stderr)
         return EXIT_SERVE
     configure_logging(settings.log_level, settings.log_format)
@@ -47,36 +55,52 @@ def serve(settings: Settings) -> int:
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
     if warning := shares_key_warning(settings):
         log.warning(warning)
-    try:
+    # Named now, so /healthz can say which instance answers before the services exist.
+    settings = settings.model_copy(update={"instance_id": settings.instance_id or instance_id()})
+    instance = str(settings.instance_id)
+    built: list[Services] = []
+    exit_code = 0
+
+    def build() -> ASGIApp:
+        """In the warm-up thread: the heavy imports, the services and the app (app.create_app)."""
+        from switchboard.app import create_app
+
         services = open_services(settings)
-        app = create_app(services)
-    except CliError as exc:
-        log.error("switchboard cannot start", reason=exc.message)
-        return EXIT_USAGE
-    except Exception:
-        log.error("switchboard cannot start", exc_info=True)
-        return EXIT_FAILED
+        built.append(services)
+        return create_app(services)
+
+    def ready(seconds: float) -> None:
+        frozen = freeze_startup_heap()  # GC pauses off the claim path (switchboard/heap.py)
+        log.info("switchboard ready", instance=instance, frozen_objects=frozen, seconds=round(seconds, 3))
+
+    def failed(exc: BaseException) -> None:
+        nonlocal exit_code
+        if isinstance(exc, CliError):
+            log.error("switchboard cannot start", reason=exc.message)
+            exit_code = EXIT_USAGE
+        else:
+            log.error("switchboard cannot start", exc_info=True)  # called while it is handled
+            exit_code = EXIT_FAILED
+        server.should_exit = True
+
+    health = {"status": "ok", "version": __version__, "instance": instance}  # as app.create_app's /healthz
+    front = Front(build, health=health, instance=instance, on_ready=ready, on_failed=failed)
 
     class Server(uvicorn.Server):
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets=sockets)
             if not self.should_exit:
-                frozen = freeze_startup_heap()  # GC pauses off the claim path (switchboard/heap.py)
-                log.info(
-                    "switchboard listening",
-                    url=_listen_url(settings, self),
-                    instance=services.instance_id,
-                    frozen_objects=frozen,
-                )
+                log.info("switchboard listening", url=_listen_url(settings, self), instance=instance)
 
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
             # Before uvicorn waits for requests in flight: let long-waiting ones (an A2A SendMessage
             # waiting for its task) answer now instead of holding the stop.
-            for hook in services.on_draining:
-                hook()
+            for services in built:
+                for hook in services.on_draining:
+                    hook()
             await super().shutdown(sockets=sockets)
 
-    server = Server(uvicorn_config(app, settings))
+    server = Server(uvicorn_config(front, settings))
 
     # uvicorn re-raises the signal it caught once it has shut down, which kills the process with the
     # default handler. This handler makes that re-raise harmless (exit 0 after a graceful stop), and asks
@@ -88,7 +112,7 @@ def serve(settings: Settings) -> int:
         signal.signal(sig, stop)
     server.run()
     log.info("switchboard stopped")
-    return 0
+    return exit_code
 
 
 def uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
@@ -142,7 +166,13 @@ def _raise_fd_limit(settings: Settings) -> None:
 def _preflight(settings: Settings) -> None:
     """The checks that make a misconfigured start fail at once with one line (docs/self-hosting.md)."""
     preflight.check(settings)
-    asyncio.run(ops.check_schema(settings, settings.resolved_database_url()))
+    if not preflight.first_start(settings):  # a first start has no schema to check (nor SQLAlchemy to load)
+        from switchboard import ops
+
+        try:
+            asyncio.run(ops.check_schema(settings, settings.resolved_database_url()))
+        except ops.OpsError as exc:
+            raise preflight.ConfigError(exc.message) from None
 
 
 def _listen_url(settings: Settings, server: Any) -> str:

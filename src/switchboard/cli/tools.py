@@ -9,13 +9,25 @@ import json
 import os
 import sys
 
-from switchboard import preflight
 from switchboard.cli.base import EXIT_FAILED, CliError, load_settings
-from switchboard.obs.logs import scrub
+
+# The settings (pydantic) and the logging helpers load inside the commands that use them: `verify` and
+# `listen` need neither.
+
+
+def run(args: argparse.Namespace) -> int:
+    """The command ``args.group`` names: one of wait-ready, call, listen, verify."""
+    if args.group == "wait-ready":
+        return wait_until_ready(args)
+    if args.group == "call":
+        return call_verb(args)
+    return listen_receiver(args) if args.group == "listen" else verify_stdin(args)
 
 
 def call_verb(args: argparse.Namespace) -> int:
+    from switchboard import preflight
     from switchboard.call import CallError, call_tool, parse_arguments
+    from switchboard.obs.logs import scrub
 
     try:
         arguments = parse_arguments(args.arguments)
@@ -82,6 +94,8 @@ def listen_receiver(args: argparse.Namespace) -> int:
 
 
 def wait_until_ready(args: argparse.Namespace) -> int:
+    from switchboard import preflight
+
     url = args.url or preflight.local_url(load_settings(args))
     ready, answer = preflight.wait_ready(url, args.timeout)
     if not ready:

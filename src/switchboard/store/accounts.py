@@ -6,7 +6,6 @@ import asyncio
 import functools
 import hashlib
 import json
-import re
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -19,15 +18,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from switchboard.clock import Clock, ms
 from switchboard.ids import new_id
+from switchboard.names import EMAIL as EMAIL  # re-exported: the stores and web forms check with them
+from switchboard.names import QUEUE as QUEUE
+from switchboard.names import SLUG as SLUG
 from switchboard.obs.audit import audit
 from switchboard.store.changes import EndpointChanges, announce
 from switchboard.store.db import Database
 from switchboard.store.errors import Conflict
 from switchboard.store.schema import endpoints, humans
 
-SLUG = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
-QUEUE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
-EMAIL = re.compile(r"^[^@\s]{1,64}@[^@\s]{1,255}$")
 TOKEN_PREFIX = "sbt_"
 
 # Built once: the endpoints of a batch (``AccountStore.endpoints_by_id``), one expanding IN.

@@ -15,13 +15,12 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from switchboard.clock import Clock, ms
+from switchboard.names import AGES as AGES  # re-exported: the web console's filters use them
+from switchboard.names import STATES as STATES
 from switchboard.store.db import Database
 from switchboard.store.schema import endpoints, todos
 from switchboard.store.schema_console import backlog_samples, todo_events
 
-STATES = ("pending", "claimed", "failed", "dead", "done", "canceled")
-# "age" filter: older than this many seconds.
-AGES: dict[str, int] = {"5m": 300, "1h": 3600, "24h": 86_400, "7d": 7 * 86_400}
 BACKLOG_BUCKET_SECONDS = 300
 BACKLOG_HOURS = 24
 

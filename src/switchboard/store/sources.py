@@ -12,15 +12,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from switchboard.clock import Clock, ms
 from switchboard.cred import Envelope
 from switchboard.ids import new_id
+from switchboard.names import KINDS as KINDS  # re-exported: the web form offers them
+from switchboard.names import QUEUE, SLUG
+from switchboard.names import TRUSTS as TRUSTS
 from switchboard.store import accounts
-from switchboard.store.accounts import QUEUE, SLUG
 from switchboard.store.db import Database
 from switchboard.store.errors import Conflict, NotFound
 from switchboard.store.schema import routes, sources
 from switchboard.text import admit_label
-
-KINDS = ("gitea", "github", "standard", "generic")
-TRUSTS = ("signature", "token", "none")
 
 # Built once: ingest runs both for every delivery (a statement built per call cost more CPU than its
 # execution). ``kind = NULL`` is never true, so a delivery without a kind matches catch-all routes only.
