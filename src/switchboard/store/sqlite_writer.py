@@ -227,32 +227,13 @@ class SqliteWriter:
             with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits any more
                 loop.call_soon_threadsafe(_settle, settled)
         if self._reset_due:
-            self._reset_wal()
+            self._reset_due = False
+            if self._conn is not None and reset_wal(self._conn):
+                self.wal_resets += 1
         try:
             self._maybe_checkpoint()
         except Exception:  # never the writer's problem: the next commit tries again
             log.warning("sqlite checkpoint not started", exc_info=True)
-
-    def _reset_wal(self) -> None:
-        """Empty the WAL (a TRUNCATE checkpoint) on the writer's own connection, between two batches: the
-        checkpointer thread could not, since it would wait for the write lock the writer takes back after
-        every batch. The checkpointer has copied nearly everything, so this copies a few frames and waits
-        for the readers still on the old frames, at most ``WAL_RESET_WAIT_MS``; if they are not done by
-        then, the next full checkpoint asks again."""
-        self._reset_due = False
-        conn = self._conn
-        if conn is None:
-            return
-        try:
-            conn.execute(f"PRAGMA busy_timeout={WAL_RESET_WAIT_MS}")
-            try:
-                busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            finally:
-                conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        except sqlite3.Error:
-            log.warning("sqlite WAL reset failed", exc_info=True)
-            return
-        self.wal_resets += 0 if busy else 1
 
     def _maybe_checkpoint(self) -> None:
         """Start a checkpoint on the checkpointer thread once ``checkpoint_commits`` commits have
@@ -356,7 +337,7 @@ class SqliteWriter:
     def _checkpoint(self) -> None:
         """A PASSIVE checkpoint: copies what no reader still needs, never waits for a lock, and lets the
         writer append meanwhile. Once the WAL holds ``wal_reset_frames`` and all of it is copied, the
-        writer resets it after its next commit (:meth:`_reset_wal`). A failure closes the connection
+        writer resets it after its next commit (:func:`reset_wal`). A failure closes the connection
         (the next checkpoint opens another)."""
         try:
             if self._checkpoint_conn is None:
@@ -374,3 +355,21 @@ class SqliteWriter:
         conn, self._checkpoint_conn = self._checkpoint_conn, None
         if conn is not None:
             conn.close()
+
+
+def reset_wal(conn: sqlite3.Connection) -> bool:
+    """Empty the WAL (a TRUNCATE checkpoint) on the writer's own connection, between two batches: the
+    checkpointer thread could not, since it would wait for the write lock the writer takes back after
+    every batch. The checkpointer has copied nearly everything, so this copies a few frames and waits
+    for the readers still on the old frames, at most ``WAL_RESET_WAIT_MS``; whether it emptied it (if
+    not, the next full checkpoint asks again)."""
+    try:
+        conn.execute(f"PRAGMA busy_timeout={WAL_RESET_WAIT_MS}")
+        try:
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        finally:
+            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    except sqlite3.Error:
+        log.warning("sqlite WAL reset failed", exc_info=True)
+        return False
+    return not busy

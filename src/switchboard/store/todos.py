@@ -27,7 +27,8 @@ from switchboard.store.db import Database
 from switchboard.store.leases import new_lease
 from switchboard.store.schema import LIVE_DEDUP_PREDICATE, LIVE_STATUSES, PENDING_PREDICATE, todos
 from switchboard.store.sqlite_writer import Declined
-from switchboard.store.todo_claims import EVENTS_SQLITE, MAX_RESULT_DEPTH, Moved, TodoClaims, events_params
+from switchboard.store.todo_claim_sql import EVENTS_SQLITE, events_params
+from switchboard.store.todo_claims import MAX_RESULT_DEPTH, Moved, TodoClaims
 from switchboard.store.todo_claims import Answer as ClaimAnswer
 from switchboard.store.todo_moves import Answer, TodoMoves, sender_gate
 from switchboard.store.todo_reads import TodoReads

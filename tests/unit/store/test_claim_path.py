@@ -27,7 +27,7 @@ from switchboard.store.accounts import AccountStore
 from switchboard.store.db import Database
 from switchboard.store.schema import todos
 from switchboard.store.schema_console import todo_events
-from switchboard.store.todo_claims import _CLAIM_PG
+from switchboard.store.todo_claim_sql import _CLAIM_PG
 from switchboard.store.todos import NewTodo, TodoStore
 from switchboard.store.transitions import Transition, TransitionHub
 from switchboard.text import Unstorable

@@ -20,7 +20,7 @@ import pytest
 from switchboard.clock import ManualClock
 from switchboard.store.accounts import AccountStore
 from switchboard.store.db import Database
-from switchboard.store.todo_claims import _ACK_ALONE_PG, _ACK_PG, _CLAIM_ALONE_PG, _CLAIM_PG
+from switchboard.store.todo_claim_sql import _ACK_ALONE_PG, _ACK_PG, _CLAIM_ALONE_PG, _CLAIM_PG
 
 HISTORY = 400  # done rows, analyzed: a small table whose statistics say nothing is pending
 BACKLOG = 3000  # pending rows the statistics never saw
