@@ -336,17 +336,17 @@ class SqliteWriter:
 
     def _checkpoint(self) -> None:
         """A PASSIVE checkpoint: copies what no reader still needs, never waits for a lock, and lets the
-        writer append meanwhile. Once the WAL holds ``wal_reset_frames`` and all of it is copied, the
-        writer resets it after its next commit (:func:`reset_wal`). A failure closes the connection
+        writer append meanwhile. Once the WAL holds ``wal_reset_frames``, the writer
+        resets it after its next commit (:func:`reset_wal`). A failure closes the connection
         (the next checkpoint opens another)."""
         try:
             if self._checkpoint_conn is None:
                 self._checkpoint_conn = sqlite3.connect(
                     self._uri, uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000
                 )
-            _busy, frames, copied = self._checkpoint_conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-            # Copied up to its end: the writer's reset has only the newest frames left to copy.
-            self._reset_due = frames >= self.wal_reset_frames and copied == frames
+            _busy, frames, _ = self._checkpoint_conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            # Just copied: the writer's reset has only the newest frames left to copy.
+            self._reset_due = frames >= self.wal_reset_frames
         except BaseException:
             self._disconnect_checkpointer()
             raise
