@@ -125,7 +125,7 @@ async def claims(port: int, token: str, seconds: float) -> list[float]:
                 todo = (await client.call("claim_next"))["todo"]
                 latencies.append(time.monotonic() - due)
                 assert todo is not None, "the seeded backlog ran out"
-                await client.call("ack", json.dumps({"todo_id": todo["id"]}).encode())
+                await client.call("ack", json.dumps({"todo_id": todo["id"], "lease": todo["lease"]}).encode())
         finally:
             await client.stop()
 

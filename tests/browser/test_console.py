@@ -77,11 +77,11 @@ async def seed(server: Instance) -> None:
     ).created
     claimed = await todos.claim_next(review.id, ["reviews"], 300)
     assert claimed is not None
-    await todos.fail(review.id, claimed.id, "upstream returned 502", retry=False)
+    await todos.fail(review.id, claimed.id, claimed.lease_id, "upstream returned 502", retry=False)
     SEED.dead_id = claimed.id
     done = await todos.claim_next(review.id, ["reviews"], 300)
     assert done is not None
-    await todos.ack(review.id, done.id, {"ok": True})
+    await todos.ack(review.id, done.id, done.lease_id, {"ok": True})
     await todos.create([NewTodo(ci.id, "builds", "Nightly build of acme/widgets", {}, source="ci-token")])
     # A day of backlog history, as the sampler would have written it every 5 minutes (the sparkline).
     now_ms = int(s.clock.now() * 1000)

@@ -60,7 +60,10 @@ async def test_requeue_from_the_todo_page_rings_the_hook_and_frees_the_todo(
                 await notification(receiver, todo_id, "created")
                 claimed = (await bot.ok("claim_next"))["todo"]
                 assert claimed["id"] == todo_id
-                await bot.ok("fail", {"todo_id": todo_id, "error": "disk full", "retry": False})
+                await bot.ok(
+                    "fail",
+                    {"todo_id": todo_id, "lease": claimed["lease"], "error": "disk full", "retry": False},
+                )
                 assert (await bot.ok("claim_next"))["todo"] is None  # dead: nothing to claim
 
                 context = await browser.new_context(viewport={"width": 390, "height": 844})

@@ -60,7 +60,7 @@ async def seed(server: Instance) -> None:
     assert claimed is not None
     done = await todos.claim_next(review.id, ["inbox"], 300)
     assert done is not None
-    await todos.ack(review.id, done.id, {"ok": True})
+    await todos.ack(review.id, done.id, done.lease_id, {"ok": True})
     await todos.create([NewTodo(ci.id, "builds", "Nightly build of acme/widgets", {}, source="ci-token")])
 
     gitea = await s.sources.create(me, "gitea-main", "gitea", "signature", "x" * 40)

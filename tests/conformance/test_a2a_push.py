@@ -104,7 +104,7 @@ class Pair:
         """The worker claims the task and acks it: two more transitions (claimed, done)."""
         claimed = await self.worker.ok("claim", {"todo_id": task_id})
         assert claimed["todo"]["id"] == task_id
-        await self.worker.ok("ack", {"todo_id": task_id, "result": "done"})
+        await self.worker.ok("ack", {"todo_id": task_id, "lease": claimed["todo"]["lease"], "result": "done"})
 
     async def rpc(
         self, method: str, params: dict[str, Any], *, version: str | None = "1.0", query: str = ""
@@ -273,10 +273,10 @@ async def test_a2a_push_a_client_error_is_final_and_the_next_transition_still_go
     async with receiver(Respond(400)) as rcv, pair(conf) as p:
         task = await p.send("refused by receiver")
         await p.config(task.id, ip(rcv))
-        await p.worker.ok("claim", {"todo_id": task.id})
+        claimed = await p.worker.ok("claim", {"todo_id": task.id})
         await pushes(rcv, 1)
         rcv.behaviour = Respond(204)
-        await p.worker.ok("ack", {"todo_id": task.id, "result": "ok"})
+        await p.worker.ok("ack", {"todo_id": task.id, "lease": claimed["todo"]["lease"], "result": "ok"})
         got = await pushes(rcv, 2)
         assert [g.seq for g in got] == [2, 3]
 
@@ -463,7 +463,9 @@ async def test_a2a_send_message_without_return_immediately_waits_for_completion(
                 return result.data if result.ok and result.data.get("todo") else None
 
             todo = await wait_until(claimed, timeout=20, what="the worker's claim")
-            await p.worker.ok("ack", {"todo_id": todo["todo"]["id"], "result": "finished"})
+            await p.worker.ok(
+                "ack", {"todo_id": todo["todo"]["id"], "lease": todo["todo"]["lease"], "result": "finished"}
+            )
 
         worker = asyncio.create_task(work())
         task = await asyncio.wait_for(p.send("wait for me", wait=True), timeout=30)

@@ -71,11 +71,14 @@ async def test_a2a_push_bounded_head_of_line_wait_per_task(conf: Conf) -> None:
         task_b = await b.send("another task")
         await b.config(task_b.id, ip(other))
 
-        await a.worker.ok("claim", {"todo_id": task_a.id})  # seq 2 -> 503, retried 12 s later
+        claimed = await a.worker.ok("claim", {"todo_id": task_a.id})  # seq 2 -> 503, retried 12 s later
         await arrival(stuck, 2)
         stuck.behaviour = Respond(204)  # only seq 2's retry would have found the receiver well again
         acked = time.monotonic()
-        await a.worker.ok("ack", {"todo_id": task_a.id, "result": "done"})  # seq 3, behind seq 2
+        lease = claimed["todo"]["lease"]
+        await a.worker.ok(
+            "ack", {"todo_id": task_a.id, "lease": lease, "result": "done"}
+        )  # seq 3, behind seq 2
 
         started = time.monotonic()
         await b.finish(task_b.id)
@@ -97,9 +100,9 @@ async def test_a2a_push_lifecycle_final_delivery_then_retention_then_clean_up(co
     async with receiver() as rcv, pair(conf) as p:
         task = await p.send("lifecycle")
         created = await p.config(task.id, ip(rcv))
-        await p.worker.ok("claim", {"todo_id": task.id})
+        claimed = await p.worker.ok("claim", {"todo_id": task.id})
         before_terminal = time.monotonic()
-        await p.worker.ok("ack", {"todo_id": task.id, "result": "done"})
+        await p.worker.ok("ack", {"todo_id": task.id, "lease": claimed["todo"]["lease"], "result": "done"})
         await arrival(rcv, 3)
         assert Push(rcv.requests[-1]).state == "TASK_STATE_COMPLETED"
 

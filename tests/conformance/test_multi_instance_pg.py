@@ -142,8 +142,9 @@ async def test_a2a_push_any_instance_that_handles_a_task_writes_its_outbox_rows(
     async with receiver() as rcv, pair(one) as p:
         task = await p.send("handled elsewhere", push=push_config(f"https://127.0.0.1:{rcv.port}/a2a"))
         async with agent(two.mcp_url, p.worker.token) as worker_on_two:
-            await worker_on_two.ok("claim", {"todo_id": task.id})
-            await worker_on_two.ok("ack", {"todo_id": task.id, "result": "done on two"})
+            claimed = await worker_on_two.ok("claim", {"todo_id": task.id})
+            lease = claimed["todo"]["lease"]
+            await worker_on_two.ok("ack", {"todo_id": task.id, "lease": lease, "result": "done on two"})
         await wait_until(lambda: len(rcv.requests) >= 3, timeout=20, what="all three transitions pushed")
         seqs = sorted(int(r.header("x-switchboard-sequence") or 0) for r in rcv.requests)
         assert seqs == [1, 2, 3]

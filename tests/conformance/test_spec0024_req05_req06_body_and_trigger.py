@@ -122,16 +122,17 @@ async def test_req06_requeue_re_applies_the_sender_gate(conf: Conf) -> None:
         (todo_id,) = (await a.gitea(signed=False, title="unverified")).json()["todos"]
         await a.ok("claim", {"todo_id": todo_id, "lease_seconds": 1})
         # The reaper returns it to pending; claiming it again proves that happened.
-        await wait_until(lambda: _claimable(a, todo_id), timeout=10, what="reaper requeue")
-        await a.ok("fail", {"todo_id": todo_id, "error": "flaky", "retry": True})
-        await wait_until(lambda: _claimable(a, todo_id), timeout=10, what="retry scheduler requeue")
-        await a.ok("ack", {"todo_id": todo_id})
+        lease = await wait_until(lambda: _claimable(a, todo_id), timeout=10, what="reaper requeue")
+        await a.ok("fail", {"todo_id": todo_id, "lease": lease, "error": "flaky", "retry": True})
+        lease = await wait_until(lambda: _claimable(a, todo_id), timeout=10, what="retry scheduler requeue")
+        await a.ok("ack", {"todo_id": todo_id, "lease": lease})
         await only_the_sentinel(a, rcv)
 
 
-async def _claimable(a: Tenant, todo_id: str) -> bool:
+async def _claimable(a: Tenant, todo_id: str) -> str | None:
+    """The new claim's lease once the todo can be claimed again, else None."""
     result = await a.agent.call("claim", {"todo_id": todo_id, "lease_seconds": 30})
-    return result.ok
+    return str(result.data["todo"]["lease"]) if result.ok else None
 
 
 async def test_req06_redelivery_does_not_re_fire(conf: Conf) -> None:
@@ -155,8 +156,8 @@ async def test_req06_no_hook_fires_when_a_todo_leaves_pending(conf: Conf) -> Non
         await a.hook(ip_url(rcv))
         todo_id = await a.todo("claimed then acked")
         await next_body(rcv)
-        await a.ok("claim", {"todo_id": todo_id})
-        await a.ok("ack", {"todo_id": todo_id})
+        claimed = await a.ok("claim", {"todo_id": todo_id})
+        await a.ok("ack", {"todo_id": todo_id, "lease": claimed["todo"]["lease"]})
         await only_the_sentinel(a, rcv, seen=1)
 
 

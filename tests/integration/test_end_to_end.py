@@ -43,8 +43,12 @@ async def test_signed_delivery_to_doorbell_to_claim_and_ack(inst: Instance) -> N
         assert claimed["id"] == todo_id and claimed["status"] == "claimed" and claimed["attempt"] == 1
         assert claimed["payload"]["pull_request"]["number"] == 482
         assert claimed["kind"] == "pull_request" and claimed["source"] == world.source.slug
-        await worker.ok("heartbeat", {"todo_id": todo_id, "lease_seconds": 120})
-        done = (await worker.ok("ack", {"todo_id": todo_id, "result": {"review": "lgtm"}}))["todo"]
+        await worker.ok("heartbeat", {"todo_id": todo_id, "lease": claimed["lease"], "lease_seconds": 120})
+        done = (
+            await worker.ok(
+                "ack", {"todo_id": todo_id, "lease": claimed["lease"], "result": {"review": "lgtm"}}
+            )
+        )["todo"]
         assert done["status"] == "done" and done["result"] == {"review": "lgtm"}
         assert (await worker.ok("claim_next"))["todo"] is None
 

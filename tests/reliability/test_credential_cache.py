@@ -112,7 +112,7 @@ async def test_claim_traffic_leaves_the_credential_cached(tmp_path: Path) -> Non
             assert created.status_code == 202, created.text
             todo = (await r.agent.ok("claim_next"))["todo"]
             assert todo is not None and todo["title"] == f"round {n}"
-            await r.agent.ok("ack", {"todo_id": todo["id"], "result": {"n": n}})
+            await r.agent.ok("ack", {"todo_id": todo["id"], "lease": todo["lease"], "result": {"n": n}})
             assert (await r.agent.ok("whoami"))["endpoint"] == "cached"
         elapsed = time.monotonic() - started
         after = await cache_counts(r.http)

@@ -83,7 +83,10 @@ async def test_lone_surrogate_and_nan_webhooks_are_400_and_store_nothing(tmp_pat
             assert first["todo"]["id"] == good.json()["todos"][0]
             assert first["todo"]["payload"]["ok"] == "\U0001f600"
             assert (await a.ok("claim_next"))["todo"] is None  # nothing else was stored
-            await a.ok("ack", {"todo_id": first["todo"]["id"], "result": {"fine": True}})
+            await a.ok(
+                "ack",
+                {"todo_id": first["todo"]["id"], "lease": first["todo"]["lease"], "result": {"fine": True}},
+            )
 
 
 async def test_poison_ack_result_is_refused_before_any_change(tmp_path: Path) -> None:
@@ -95,7 +98,8 @@ async def test_poison_ack_result_is_refused_before_any_change(tmp_path: Path) ->
             # refuses it before authentication: 400, a JSON-RPC parse error, no parser text.
             raw = (
                 b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ack","arguments":'
-                b'{"todo_id":"' + todo["id"].encode() + b'","result":"\\ud800"}}}'
+                b'{"todo_id":"' + todo["id"].encode() + b'","lease":"' + todo["lease"].encode() + b'",'
+                b'"result":"\\ud800"}}}'
             )
             for body in (raw, raw.replace(b'"\\ud800"', b"NaN")):
                 r = await http.post(
@@ -109,8 +113,9 @@ async def test_poison_ack_result_is_refused_before_any_change(tmp_path: Path) ->
                 )
                 assert r.status_code == 400 and r.json()["error"]["code"] == -32700
             # Still claimed by us: the refused ack changed nothing, a good one completes it.
-            assert (await a.ok("heartbeat", {"todo_id": todo["id"]}))["todo"]["status"] == "claimed"
-            done = await a.ok("ack", {"todo_id": todo["id"], "result": {"deep": [[["ok"]]]}})
+            held = {"todo_id": todo["id"], "lease": todo["lease"]}
+            assert (await a.ok("heartbeat", held))["todo"]["status"] == "claimed"
+            done = await a.ok("ack", {**held, "result": {"deep": [[["ok"]]]}})
             assert done["todo"]["status"] == "done"
 
 
@@ -495,12 +500,16 @@ async def test_a2a_get_task_and_list_tasks_keep_working_after_hostile_ack_result
                     (sent,) = [e.task async for e in client.send_message(send)]
                     todo = (await a.ok("claim_next"))["todo"]
                     with pytest.raises(MCPError, match="nests deeper than 64"):  # refused at the boundary
-                        await a.call("ack", {"todo_id": todo["id"], "result": nest("x", 80)})
-                    too_deep = await a.call("ack", {"todo_id": todo["id"], "result": nest("x", 50)})
+                        await a.call(
+                            "ack", {"todo_id": todo["id"], "lease": todo["lease"], "result": nest("x", 80)}
+                        )
+                    too_deep = await a.call(
+                        "ack", {"todo_id": todo["id"], "lease": todo["lease"], "result": nest("x", 50)}
+                    )
                     assert too_deep.code == "invalid_argument"  # would break GetTask: refused, nothing done
-                    assert (await a.ok("ack", {"todo_id": todo["id"], "result": result}))["todo"][
-                        "status"
-                    ] == "done"
+                    assert (
+                        await a.ok("ack", {"todo_id": todo["id"], "lease": todo["lease"], "result": result})
+                    )["todo"]["status"] == "done"
                     got = await client.get_task(GetTaskRequest(id=sent.id))
                     assert got.id == sent.id
                 listed = await client.list_tasks(ListTasksRequest())

@@ -442,7 +442,11 @@ async def worker(
         if on_claim is not None:
             on_claim(claim)
         try:
-            await call(a, "ack", {"todo_id": claim.todo_id, "result": {"by": f"{name}-{index}"}})
+            await call(
+                a,
+                "ack",
+                {"todo_id": claim.todo_id, "lease": todo["lease"], "result": {"by": f"{name}-{index}"}},
+            )
         except Exception as exc:
             claim.ack_error = REFUSED if isinstance(exc, AssertionError) else type(exc).__name__
             if claim.ack_error != REFUSED:  # an ok=False answer is a refusal, not a dead instance

@@ -151,7 +151,7 @@ async def test_scope_cut_in_the_web_editor_stops_hooks_and_push_configs(tmp_path
             # The next notifications: the task moves twice (claimed, done), a todo for the cut endpoint...
             todo = await until("the task on the worker's queue", lambda: _claim(work), server)
             assert todo["id"] == task.id
-            await work.ok("ack", {"todo_id": todo["id"], "result": "done"})
+            await work.ok("ack", {"todo_id": todo["id"], "lease": todo["lease"], "result": "done"})
             r = await http.post(cut.inbound_path, json={"title": "after"})
             assert r.status_code == 202, r.text
             # ...then the sentinel: another tenant's hook, which does fire.

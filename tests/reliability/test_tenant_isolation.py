@@ -83,6 +83,10 @@ class Tenants:
     task: str
     config: str
     route: str
+    claimed_lease: str  # alice's real lease on `claimed`: bob holding it must still not reach the todo
+
+
+NO_LEASE = "ls_" + "0" * 32
 
 
 async def snapshot(inst: Instance) -> dict[str, list[tuple[Any, ...]]]:
@@ -130,7 +134,9 @@ async def tenants(tmp_path: Path) -> AsyncIterator[Tenants]:
             ]
         )
         pending, claimed = created.created
-        assert (await s.todos.claim(alice.endpoint.id, claimed, ["inbox"], 3600)) is not None
+        claim_row = await s.todos.claim(alice.endpoint.id, claimed, ["inbox"], 3600)
+        assert claim_row is not None
+        claimed_lease = claim_row.lease_id
 
         alice_a2a = await a2a_client(stack, inst, alice.token)
         message = Message(
@@ -159,7 +165,19 @@ async def tenants(tmp_path: Path) -> AsyncIterator[Tenants]:
         bob_a2a = await a2a_client(stack, inst, bob.token)
         route = (await s.sources.list_routes(alice_id))[0].id
         yield Tenants(
-            inst, alice, bob, bob_agent, bob_web, bob_a2a, pending, claimed, hook, task.id, config.id, route
+            inst,
+            alice,
+            bob,
+            bob_agent,
+            bob_web,
+            bob_a2a,
+            pending,
+            claimed,
+            hook,
+            task.id,
+            config.id,
+            route,
+            claimed_lease,
         )
 
 
@@ -245,12 +263,32 @@ async def create_route_into_alice_source(t: Tenants) -> None:
 
 TABLE: list[Row] = [
     ("mcp", "claim", mcp("claim", lambda t: {"todo_id": t.pending}, {"todo_id": UNKNOWN_TODO})),
-    ("mcp", "heartbeat", mcp("heartbeat", lambda t: {"todo_id": t.claimed}, {"todo_id": UNKNOWN_TODO})),
-    ("mcp", "ack", mcp("ack", lambda t: {"todo_id": t.claimed}, {"todo_id": UNKNOWN_TODO})),
+    (
+        "mcp",
+        "heartbeat",
+        mcp(
+            "heartbeat",
+            lambda t: {"todo_id": t.claimed, "lease": t.claimed_lease},
+            {"todo_id": UNKNOWN_TODO, "lease": NO_LEASE},
+        ),
+    ),
+    (
+        "mcp",
+        "ack",
+        mcp(
+            "ack",
+            lambda t: {"todo_id": t.claimed, "lease": t.claimed_lease},
+            {"todo_id": UNKNOWN_TODO, "lease": NO_LEASE},
+        ),
+    ),
     (
         "mcp",
         "fail",
-        mcp("fail", lambda t: {"todo_id": t.claimed, "error": "x"}, {"todo_id": UNKNOWN_TODO, "error": "x"}),
+        mcp(
+            "fail",
+            lambda t: {"todo_id": t.claimed, "lease": t.claimed_lease, "error": "x"},
+            {"todo_id": UNKNOWN_TODO, "lease": NO_LEASE, "error": "x"},
+        ),
     ),
     ("mcp", "claim (A2A task)", mcp("claim", lambda t: {"todo_id": t.task}, {"todo_id": UNKNOWN_TODO})),
     (

@@ -71,10 +71,12 @@ def kinds_and_states(events: list[dict[str, Any]]) -> list[tuple[str, str | None
     return out
 
 
-async def claim(worker: Agent, task_id: str) -> None:
+async def claim(worker: Agent, task_id: str) -> str:
+    """Claims the task's todo; answers the claim's lease."""
     claimed = (await worker.ok("claim_next"))["todo"]
     assert claimed["id"] == task_id
     assert claimed["payload"]["a2a"]["message"]["parts"][0]["text"].startswith("generic")
+    return str(claimed["lease"])
 
 
 async def test_a2a_sdk_client_streams_and_resubscribes(tmp_path: Path) -> None:
@@ -99,8 +101,8 @@ async def test_a2a_sdk_client_streams_and_resubscribes(tmp_path: Path) -> None:
                 events.append(MessageToDict(event))
 
         reader = asyncio.create_task(rest())
-        await claim(w.worker, task_id)
-        await w.worker.ok("ack", {"todo_id": task_id, "result": "first"})
+        lease = await claim(w.worker, task_id)
+        await w.worker.ok("ack", {"todo_id": task_id, "lease": lease, "result": "first"})
         await asyncio.wait_for(reader, DEADLINE)
         assert kinds_and_states(events) == list(zip(STREAM_KINDS, STATES, strict=True))
 
@@ -109,7 +111,7 @@ async def test_a2a_sdk_client_streams_and_resubscribes(tmp_path: Path) -> None:
         first = MessageToDict(await anext(dropped))
         await dropped.aclose()
         second_id = first["task"]["id"]
-        await claim(w.worker, second_id)  # while no stream is open
+        lease = await claim(w.worker, second_id)  # while no stream is open
         resumed: list[dict[str, Any]] = []
         subscribed = asyncio.Event()
 
@@ -122,7 +124,7 @@ async def test_a2a_sdk_client_streams_and_resubscribes(tmp_path: Path) -> None:
         # Ack once the subscription is open (its first event, the task as it stands, has arrived): an
         # ack that wins the race against the subscribe finds nothing left to stream.
         await asyncio.wait_for(subscribed.wait(), DEADLINE)
-        await w.worker.ok("ack", {"todo_id": second_id, "result": "second"})
+        await w.worker.ok("ack", {"todo_id": second_id, "lease": lease, "result": "second"})
         await asyncio.wait_for(follower, DEADLINE)
         # The task as it stands already shows the claim made during the gap: nothing missed.
         assert kinds_and_states(resumed) == [
@@ -164,18 +166,18 @@ async def test_a2a_js_client_streams_and_resubscribes(tmp_path: Path) -> None:
         first = await read_event(proc)
         assert first is not None
         task_id = first["task"]["id"]
-        await claim(w.worker, task_id)
-        await w.worker.ok("ack", {"todo_id": task_id, "result": "first"})
+        lease = await claim(w.worker, task_id)
+        await w.worker.ok("ack", {"todo_id": task_id, "lease": lease, "result": "first"})
         events = [first, *await finished(proc)]
         assert kinds_and_states(events) == list(zip(STREAM_KINDS, STATES, strict=True))
 
         # 2. Dropped after the first event, then resubscribed.
         dropped = await finished(await node_client(base, token, "send", "generic js two", "1"))
         second_id = dropped[0]["task"]["id"]
-        await claim(w.worker, second_id)
+        lease = await claim(w.worker, second_id)
         follower = await node_client(base, token, "resubscribe", second_id)
         opening = await read_event(follower)
-        await w.worker.ok("ack", {"todo_id": second_id, "result": "second"})
+        await w.worker.ok("ack", {"todo_id": second_id, "lease": lease, "result": "second"})
         resumed = [opening, *await finished(follower)] if opening else []
         assert kinds_and_states(resumed) == [
             ("task", "TASK_STATE_WORKING"),

@@ -73,8 +73,8 @@ async def test_served_ask_input_required_and_back_with_heartbeat_follow_ups(tmp_
         )
         waiting = asyncio.create_task(_first(client.send_message(first)))
         todo = await claim(worker)
-        task_id = todo["id"]
-        assert (await worker.ok("heartbeat", {"todo_id": task_id}))["followups"] == []
+        task_id, lease = todo["id"], todo["lease"]
+        assert (await worker.ok("heartbeat", {"todo_id": task_id, "lease": lease}))["followups"] == []
 
         events: list[StreamResponse] = []
         subscribed = asyncio.Event()
@@ -88,7 +88,7 @@ async def test_served_ask_input_required_and_back_with_heartbeat_follow_ups(tmp_
         await asyncio.wait_for(subscribed.wait(), 10)
 
         # 1. ask: the waiting SendMessage returns, interrupted, with the worker's question.
-        asked = await worker.ok("ask", {"todo_id": task_id, "question": QUESTION})
+        asked = await worker.ok("ask", {"todo_id": task_id, "lease": lease, "question": QUESTION})
         assert asked["task_state"] == "TASK_STATE_INPUT_REQUIRED" and asked["todo"]["status"] == "claimed"
         interrupted = await asyncio.wait_for(waiting, 10)
         assert interrupted.id == task_id
@@ -114,7 +114,7 @@ async def test_served_ask_input_required_and_back_with_heartbeat_follow_ups(tmp_
 
         async def answered() -> bool:
             nonlocal later
-            later = (await worker.ok("heartbeat", {"todo_id": task_id}))["followups"]
+            later = (await worker.ok("heartbeat", {"todo_id": task_id, "lease": lease}))["followups"]
             return bool(later)
 
         await until(answered, 10, "the answer in heartbeat")
@@ -125,7 +125,7 @@ async def test_served_ask_input_required_and_back_with_heartbeat_follow_ups(tmp_
         assert not finishing.done()  # a working task: the follow-up's SendMessage still waits
 
         # 3. ack: the follow-up's SendMessage returns completed; the stream saw every state in order.
-        await worker.ok("ack", {"todo_id": task_id, "result": "deployed"})
+        await worker.ok("ack", {"todo_id": task_id, "lease": lease, "result": "deployed"})
         done = await asyncio.wait_for(finishing, 10)
         assert done.status.state == TaskState.TASK_STATE_COMPLETED
         await asyncio.wait_for(reader, 10)
@@ -161,23 +161,29 @@ async def test_served_ask_refusals(tmp_path: Path) -> None:
         sent.configuration.return_immediately = True
         task = await _first(client.send_message(sent))
 
-        pending = await worker.call("ask", {"todo_id": task.id, "question": "too early"})
-        assert not pending.ok and pending.data["code"] == "conflict"
-        unknown = await worker.call("ask", {"todo_id": "td_01JZZZZZZZZZZZZZZZZZZZZZZZ", "question": "?"})
+        no_claim = "ls_" + "0" * 32  # a well-formed handle no claim of this todo answered
+        pending = await worker.call("ask", {"todo_id": task.id, "lease": no_claim, "question": "too early"})
+        assert not pending.ok and pending.data["code"] == "lease_lost"
+        unknown = await worker.call(
+            "ask", {"todo_id": "td_01JZZZZZZZZZZZZZZZZZZZZZZZ", "lease": no_claim, "question": "?"}
+        )
         assert not unknown.ok and unknown.data["code"] == "not_found"
 
         probe = (await worker.ok("self_test", {}))["todo"]  # a todo that is not an A2A task
-        await worker.ok("claim", {"todo_id": probe["id"]})
-        plain = await worker.call("ask", {"todo_id": probe["id"], "question": "?"})
+        probe_lease = (await worker.ok("claim", {"todo_id": probe["id"]}))["todo"]["lease"]
+        plain = await worker.call("ask", {"todo_id": probe["id"], "lease": probe_lease, "question": "?"})
         assert not plain.ok and plain.data["code"] == "invalid_argument"
-        assert "followups" not in await worker.ok("heartbeat", {"todo_id": probe["id"]})
+        assert "followups" not in await worker.ok("heartbeat", {"todo_id": probe["id"], "lease": probe_lease})
 
         # Asked, then the worker gives the task back: the question ends with its claim.
-        assert (await claim(worker))["id"] == task.id
-        await worker.ok("ask", {"todo_id": task.id, "question": "anyone?"})
+        held = await claim(worker)
+        assert held["id"] == task.id
+        await worker.ok("ask", {"todo_id": task.id, "lease": held["lease"], "question": "anyone?"})
         asking = await client.get_task(GetTaskRequest(id=task.id))
         assert asking.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
-        await worker.ok("fail", {"todo_id": task.id, "error": "gave up waiting", "retry": True})
+        await worker.ok(
+            "fail", {"todo_id": task.id, "lease": held["lease"], "error": "gave up waiting", "retry": True}
+        )
         requeued = await client.get_task(GetTaskRequest(id=task.id))
         assert requeued.status.state == TaskState.TASK_STATE_SUBMITTED
 

@@ -31,8 +31,8 @@ async def test_every_transition_arrives_in_sequence_with_the_token_and_authentic
     config = push_config(env.url(), token=TOKEN, scheme="Bearer", credentials=CREDENTIALS)
 
     task = await send(client, message("Summarise PR 482"), push=config)
-    await worker.ok("claim_next")
-    await worker.ok("ack", {"todo_id": task.id, "result": "adds the thing"})
+    lease = (await worker.ok("claim_next"))["todo"]["lease"]
+    await worker.ok("ack", {"todo_id": task.id, "lease": lease, "result": "adds the thing"})
     await env.settle()
 
     pushes = env.pushes()
@@ -121,7 +121,7 @@ async def test_failures_retry_with_the_adr_0007_backoff_and_keep_order(tmp_path:
         client = await env.client(token)
         env.receiver.behaviour = Respond(503)
         task = await send(client, message(), push=push_config(env.url()))
-        await worker.ok("claim_next")
+        lease = (await worker.ok("claim_next"))["todo"]["lease"]
         await env.settle()
         assert [p.seq for p in env.pushes()] == [1]  # seq 2 waits behind seq 1
 
@@ -141,7 +141,7 @@ async def test_failures_retry_with_the_adr_0007_backoff_and_keep_order(tmp_path:
         assert env.metric("switchboard_a2a_push_delivery_seconds_bucket", le="60.0") == 0
 
         env.receiver.behaviour = Respond(500)
-        await worker.ok("ack", {"todo_id": task.id})
+        await worker.ok("ack", {"todo_id": task.id, "lease": lease})
         await env.settle()
         await env.advance(30)
         await env.advance(60)  # third attempt: the cap
@@ -160,8 +160,8 @@ async def test_a_client_error_is_final_and_the_next_transition_still_goes(env: E
     task = await send(client, message(), push=push_config(env.url()))
     await env.settle()
     env.receiver.behaviour = Respond(200)
-    await worker.ok("claim_next")
-    await worker.ok("ack", {"todo_id": task.id})
+    lease = (await worker.ok("claim_next"))["todo"]["lease"]
+    await worker.ok("ack", {"todo_id": task.id, "lease": lease})
     await env.settle()
     assert [p.seq for p in env.pushes()] == [1, 2, 3]
     assert await env.outbox_statuses() == [(1, "failed"), (2, "delivered"), (3, "delivered")]
@@ -175,13 +175,13 @@ async def test_nothing_is_sent_after_delete(env: Env) -> None:
     env.receiver.behaviour = Respond(503)
     task = await send(client, message(), push=push_config(env.url(), config_id="cfg"))
     await env.settle()
-    await worker.ok("claim_next")
+    lease = (await worker.ok("claim_next"))["todo"]["lease"]
     await env.settle()
     await client.delete_task_push_notification_config(
         DeleteTaskPushNotificationConfigRequest(task_id=task.id, id="cfg")
     )
     env.receiver.behaviour = Respond(204)
-    await worker.ok("ack", {"todo_id": task.id})
+    await worker.ok("ack", {"todo_id": task.id, "lease": lease})
     await env.advance(3600)  # seq 1's retry, seq 2 and seq 3 would all be due by now
     assert [p.seq for p in env.pushes()] == [1]
     assert await env.outbox_statuses() == []
@@ -193,13 +193,13 @@ async def test_final_delivery_first_then_retention_then_cleanup(tmp_path: Path) 
         worker = await env.worker()
         client = await env.client(token)
         done = await send(client, message("one"), push=push_config(env.url(), config_id="a"))
-        await worker.ok("claim_next")
-        await worker.ok("ack", {"todo_id": done.id})
+        lease = (await worker.ok("claim_next"))["todo"]["lease"]
+        await worker.ok("ack", {"todo_id": done.id, "lease": lease})
         await env.settle()
         env.receiver.behaviour = Respond(503)
         stuck = await send(client, message("two"), push=push_config(env.url(), config_id="b"))
-        await worker.ok("claim_next")
-        await worker.ok("ack", {"todo_id": stuck.id})
+        lease = (await worker.ok("claim_next"))["todo"]["lease"]
+        await worker.ok("ack", {"todo_id": stuck.id, "lease": lease})
         await env.settle()
 
         env.clock.advance(3600 + 1)

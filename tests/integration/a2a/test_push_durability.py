@@ -34,8 +34,8 @@ async def test_a_restart_with_deliveries_pending_loses_nothing(tmp_path: Path) -
             url = receiver.url("/hook", hostname="hooks.test")
             task = await send(client, message(), push=push_config(url))
             await env.settle()  # seq 1 failed once (503) and waits for its retry
-            await worker.ok("claim_next")
-            await worker.ok("ack", {"todo_id": task.id, "result": "ok"})
+            lease = (await worker.ok("claim_next"))["todo"]["lease"]
+            await worker.ok("ack", {"todo_id": task.id, "lease": lease, "result": "ok"})
             await env.settle()  # seqs 2 and 3 queue behind seq 1
             receiver.behaviour = HangBeforeHeaders()
             env.clock.advance(30)
@@ -92,7 +92,9 @@ async def test_two_instances_on_postgresql_drain_one_outbox_once(tmp_path: Path,
         tasks = [await send(clients[n % 2], message(f"job {n}"), push=push_config(url)) for n in range(12)]
         for _ in tasks:
             claimed = (await worker.ok("claim_next"))["todo"]
-            await worker.ok("ack", {"todo_id": claimed["id"], "result": claimed["id"]})
+            await worker.ok(
+                "ack", {"todo_id": claimed["id"], "lease": claimed["lease"], "result": claimed["id"]}
+            )
         expected = {(t.id, seq) for t in tasks for seq in (1, 2, 3)}
 
         def sent() -> list[tuple[str, int]]:

@@ -63,8 +63,8 @@ async def test_a_slow_receiver_is_delivered_twice_at_most_not_once_per_attempt(t
         assert await env.outbox_statuses() == [(1, "delivered")]
 
         # The config is now known to answer slowly: later events go once each.
-        await worker.ok("claim_next")
-        await worker.ok("ack", {"todo_id": task.id})
+        lease = (await worker.ok("claim_next"))["todo"]["lease"]
+        await worker.ok("ack", {"todo_id": task.id, "lease": lease})
         await env.settle()
         assert Counter(decode(r).seq for r in slow.requests) == {1: 2, 2: 1, 3: 1}
         assert {status for _, status in await env.outbox_statuses()} == {"delivered"}
@@ -136,8 +136,8 @@ async def test_an_instance_with_push_disabled_still_queues_deliveries(tmp_path: 
         off.agents["worker"] = worker = await off.stack.enter_async_context(
             agent(off.inst.mcp_url, worker_token)
         )
-        await worker.ok("claim_next")
-        await worker.ok("ack", {"todo_id": task.id, "result": "ok"})
+        lease = (await worker.ok("claim_next"))["todo"]["lease"]
+        await worker.ok("ack", {"todo_id": task.id, "lease": lease, "result": "ok"})
         await off.services.hub.idle()
         await on.settle()  # the outbox rows the other instance wrote, sent from here
         states = [decode(r).state for r in receiver.requests]

@@ -146,10 +146,10 @@ async def test_no_secret_in_logs_metrics_or_answers(env: Env) -> None:
     task = await send(
         client, message(), push=push_config(url, token=TOKEN, scheme="Bearer", credentials=CREDENTIALS)
     )
-    await worker.ok("claim_next")
+    lease = (await worker.ok("claim_next"))["todo"]["lease"]
     await env.settle()  # submitted and working are delivered (2xx) before the receiver turns hostile
     env.receiver.behaviour = redirect("https://elsewhere.test/?leak=QUERYCANARY")
-    await worker.ok("ack", {"todo_id": task.id})
+    await worker.ok("ack", {"todo_id": task.id, "lease": lease})
     await env.settle()
     listed = await client.list_task_push_notification_configs(
         ListTaskPushNotificationConfigsRequest(task_id=task.id)

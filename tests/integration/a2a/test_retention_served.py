@@ -54,9 +54,11 @@ async def task(client: Client, text: str) -> str:
     return str((await _first(client.send_message(_request(message(text), immediately=True)))).id)
 
 
-async def claim(worker: Agent, expected: str, **args: Any) -> None:
+async def claim(worker: Agent, expected: str, **args: Any) -> str:
+    """Claims the expected todo; answers the claim's lease."""
     todo = (await worker.ok("claim_next", args))["todo"]
     assert todo is not None and todo["id"] == expected, todo
+    return str(todo["lease"])
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -78,14 +80,14 @@ async def test_terminal_todos_are_pruned_live_ones_never(
     ) as sb:
         client, worker = await sb.client(), await sb.worker()
         done = await task(client, "done")
-        await claim(worker, done)
-        await worker.ok("ack", {"todo_id": done, "result": "ok"})
+        lease = await claim(worker, done)
+        await worker.ok("ack", {"todo_id": done, "lease": lease, "result": "ok"})
         dead = await task(client, "dead")
-        await claim(worker, dead)
-        await worker.ok("fail", {"todo_id": dead, "error": "no", "retry": False})
+        lease = await claim(worker, dead)
+        await worker.ok("fail", {"todo_id": dead, "lease": lease, "error": "no", "retry": False})
         failed = await task(client, "failed")
-        await claim(worker, failed)
-        await worker.ok("fail", {"todo_id": failed, "error": "later", "retry": True})
+        lease = await claim(worker, failed)
+        await worker.ok("fail", {"todo_id": failed, "lease": lease, "error": "later", "retry": True})
         claimed = await task(client, "claimed")
         await claim(worker, claimed, lease_seconds=3600)
         pending = await task(client, "pending")

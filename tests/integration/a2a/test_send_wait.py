@@ -20,7 +20,7 @@ async def _work_one(worker: Agent, result: str) -> str:
     while True:
         claimed = (await worker.ok("claim_next"))["todo"]
         if claimed is not None:
-            await worker.ok("ack", {"todo_id": claimed["id"], "result": result})
+            await worker.ok("ack", {"todo_id": claimed["id"], "lease": claimed["lease"], "result": result})
             return str(claimed["id"])
         assert loop.time() < deadline, "the task never reached the queue"
         await asyncio.sleep(0.05)  # nothing to await across the MCP boundary: bounded poll

@@ -118,7 +118,7 @@ async def claim_and_ack(worker: Agent, result: str, timeout: float = 10) -> str:
     todo: dict[str, Any] | None = None
     await until(claimed, timeout, "a task on the queue")
     assert todo is not None
-    await worker.ok("ack", {"todo_id": todo["id"], "result": result})
+    await worker.ok("ack", {"todo_id": todo["id"], "lease": todo["lease"], "result": result})
     return str(todo["id"])
 
 

@@ -92,7 +92,7 @@ async def test_sdk_client_streams_a_task_to_completion_in_order(env: Env) -> Non
 
     reader = asyncio.create_task(follow())
     claimed = (await worker.ok("claim_next"))["todo"]
-    await worker.ok("ack", {"todo_id": claimed["id"], "result": "done it"})
+    await worker.ok("ack", {"todo_id": claimed["id"], "lease": claimed["lease"], "result": "done it"})
     await asyncio.wait_for(reader, DEADLINE)
 
     assert [kind_state(e) for e in events] == [
@@ -121,8 +121,8 @@ async def test_a_dropped_stream_resumes_from_last_event_id_without_missing_an_ev
         assert task["status"]["state"] == "TASK_STATE_SUBMITTED"
         assert first["id"] == "1" and first["retry"] == "1000"
 
-        await worker.ok("claim_next")  # happens while no stream is open
-        await worker.ok("ack", {"todo_id": task["id"], "result": {"n": 1}})
+        lease = (await worker.ok("claim_next"))["todo"]["lease"]  # happens while no stream is open
+        await worker.ok("ack", {"todo_id": task["id"], "lease": lease, "result": {"n": 1}})
 
         resume = rpc("SubscribeToTask", {"id": task["id"]}, 2)
         async with http.stream("POST", url, json=resume, headers={"Last-Event-ID": first["id"]}) as r:
@@ -147,7 +147,7 @@ async def test_sdk_client_resubscribes_after_a_drop(env: Env) -> None:
     first = await anext(stream)
     await stream.aclose()  # the connection drops after the first event
     task_id = first.task.id
-    await worker.ok("claim_next")
+    lease = (await worker.ok("claim_next"))["todo"]["lease"]
 
     events: list[StreamResponse] = []
     subscribed = asyncio.Event()
@@ -161,7 +161,7 @@ async def test_sdk_client_resubscribes_after_a_drop(env: Env) -> None:
     # Ack only once the resubscription is open (its first event is the task as it stands): an ack
     # that lands first leaves a completed task, which has nothing left to stream.
     await asyncio.wait_for(subscribed.wait(), DEADLINE)
-    await worker.ok("ack", {"todo_id": task_id, "result": "ok"})
+    await worker.ok("ack", {"todo_id": task_id, "lease": lease, "result": "ok"})
     await asyncio.wait_for(reader, DEADLINE)
     # The task as it stands (working: nothing missed), then every later transition, in order.
     assert [kind_state(e) for e in events] == [
@@ -195,8 +195,8 @@ async def test_subscribing_to_a_finished_task_is_refused(env: Env) -> None:
     _, token = await env.endpoint("client")
     worker = await env.worker()
     task = await send(await env.client(token), message())
-    await worker.ok("claim_next")
-    await worker.ok("ack", {"todo_id": task.id, "result": "x"})
+    lease = (await worker.ok("claim_next"))["todo"]["lease"]
+    await worker.ok("ack", {"todo_id": task.id, "lease": lease, "result": "x"})
     async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=DEADLINE) as http:
         r = await http.post(f"{env.inst.base_url}/a2a", json=rpc("SubscribeToTask", {"id": task.id}))
     assert await stream_error(r) == -32004
@@ -296,7 +296,9 @@ async def test_a_stream_follows_transitions_made_on_another_instance(tmp_path: P
 
             reader = asyncio.create_task(follow())
             claimed = (await worker.ok("claim_next"))["todo"]
-            await worker.ok("ack", {"todo_id": claimed["id"], "result": "elsewhere"})
+            await worker.ok(
+                "ack", {"todo_id": claimed["id"], "lease": claimed["lease"], "result": "elsewhere"}
+            )
             await asyncio.wait_for(reader, DEADLINE)
     assert [kind_state(e) for e in events] == [
         ("task", TaskState.TASK_STATE_SUBMITTED),

@@ -58,7 +58,10 @@ async def test_send_claim_ack_completes_the_task_with_the_result_as_artifact(env
     working = await client.get_task(GetTaskRequest(id=task.id))
     assert working.status.state == TaskState.TASK_STATE_WORKING
 
-    await worker.ok("ack", {"todo_id": task.id, "result": {"summary": "adds the thing", "files": 3}})
+    await worker.ok(
+        "ack",
+        {"todo_id": task.id, "lease": claimed["lease"], "result": {"summary": "adds the thing", "files": 3}},
+    )
     done = await client.get_task(GetTaskRequest(id=task.id))
     assert done.status.state == TaskState.TASK_STATE_COMPLETED
     (artifact,) = done.artifacts
@@ -74,8 +77,11 @@ async def test_a_named_endpoint_is_targeted_and_a_failed_task_says_why(env: Env)
 
     task = await send(client, message("Deploy", endpoint="second"))
     assert (await first.ok("claim_next"))["todo"] is None
-    assert (await second.ok("claim_next"))["todo"]["id"] == task.id
-    await second.ok("fail", {"todo_id": task.id, "error": "disk full", "retry": False})
+    mine = (await second.ok("claim_next"))["todo"]
+    assert mine["id"] == task.id
+    await second.ok(
+        "fail", {"todo_id": task.id, "lease": mine["lease"], "error": "disk full", "retry": False}
+    )
     failed = await client.get_task(GetTaskRequest(id=task.id))
     assert failed.status.state == TaskState.TASK_STATE_FAILED
     assert failed.status.message.parts[0].text == "disk full"
@@ -123,14 +129,14 @@ async def test_cancel_a_live_task_once(env: Env) -> None:
     worker = await env.worker()
     client = await env.client(token)
     task = await send(client, message())
-    await worker.ok("claim_next")
+    lease = (await worker.ok("claim_next"))["todo"]["lease"]
 
     canceled = await client.cancel_task(CancelTaskRequest(id=task.id))
     assert canceled.status.state == TaskState.TASK_STATE_CANCELED
     with pytest.raises(TaskNotCancelableError):
         await client.cancel_task(CancelTaskRequest(id=task.id))
-    refused = await worker.call("ack", {"todo_id": task.id})
-    assert refused.code == "conflict"  # the worker learns its todo was canceled
+    refused = await worker.call("ack", {"todo_id": task.id, "lease": lease})
+    assert refused.code == "canceled"  # the worker learns its todo was canceled
 
 
 @pytest.mark.parametrize(
@@ -250,7 +256,9 @@ async def test_a_webhook_source_called_a2a_makes_todos_not_tasks(env: Env) -> No
     worker = await env.stack.enter_async_context(agent(env.inst.mcp_url, world.token))
     claimed = await worker.ok("claim", {"todo_id": todo_id})
     assert claimed["todo"]["source"] == "a2a"
-    assert (await worker.ok("ack", {"todo_id": todo_id}))["todo"]["status"] == "done"
+    assert (await worker.ok("ack", {"todo_id": todo_id, "lease": claimed["todo"]["lease"]}))["todo"][
+        "status"
+    ] == "done"
     await env.settle()
     assert (
         await env.count(a2a_tasks),

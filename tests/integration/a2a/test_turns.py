@@ -58,8 +58,8 @@ async def test_follow_ups_to_other_or_finished_tasks_are_refused(env: Env) -> No
         await send(await env.client(other_token), follow_up(task.id, "x", "m-y"))
     with pytest.raises(InvalidParamsError):
         await send(client, follow_up(task.id, "x", "m-z", context_id="ctx-another"))
-    await worker.ok("claim_next")
-    await worker.ok("ack", {"todo_id": task.id, "result": "done"})
+    lease = (await worker.ok("claim_next"))["todo"]["lease"]
+    await worker.ok("ack", {"todo_id": task.id, "lease": lease, "result": "done"})
     with pytest.raises(UnsupportedOperationError):  # A2A: a terminal task accepts no more messages
         await send(client, follow_up(task.id, "too late", "m-late"))
     done = await client.get_task(GetTaskRequest(id=task.id))

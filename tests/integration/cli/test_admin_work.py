@@ -92,8 +92,12 @@ async def test_todo_token_and_secret_commands_on_a_live_server(tmp_path: Path) -
             assert (await cli(env, data, "todo", "list", "--state", "dead"))["todos"] == []
 
             async with agent(server.mcp_url, tenant.token) as a:
-                assert (await a.ok("claim_next"))["todo"]["id"] == mine["id"]
-                await a.ok("fail", {"todo_id": mine["id"], "error": "no disk", "retry": False})
+                held = (await a.ok("claim_next"))["todo"]
+                assert held["id"] == mine["id"]
+                await a.ok(
+                    "fail",
+                    {"todo_id": mine["id"], "lease": held["lease"], "error": "no disk", "retry": False},
+                )
                 assert "is dead: only a pending" in await _refused(env, data, "todo", "cancel", mine["id"])
                 requeued = await cli(env, data, "todo", "requeue", mine["id"])
                 assert requeued["was"] == "dead" and requeued["todo"]["status"] == "pending"
@@ -143,8 +147,8 @@ async def test_a_cli_requeue_of_an_a2a_task_is_pushed_by_the_server(tmp_path: Pa
         worker = await env.worker()
         client = await env.client(token)
         task = await send(client, message("requeue me"), push=push_config(env.url()))
-        await worker.ok("claim_next")
-        await worker.ok("fail", {"todo_id": task.id, "error": "flaky", "retry": False})
+        lease = (await worker.ok("claim_next"))["todo"]["lease"]
+        await worker.ok("fail", {"todo_id": task.id, "lease": lease, "error": "flaky", "retry": False})
         await env.settle()
         before = [p.seq for p in env.pushes()]
 

@@ -103,8 +103,8 @@ async def test_requeue_re_applies_the_sender_gate(env: Env) -> None:
     await a.ok("claim", {"todo_id": todo_id, "lease_seconds": 30})
     env.clock.advance(31)
     assert await env.services.parts.need(Sweeper).sweep_once() == 1  # the reaper moved it back to pending
-    await a.ok("claim", {"todo_id": todo_id, "lease_seconds": 30})
-    await a.ok("fail", {"todo_id": todo_id, "error": "flaky", "retry": True})
+    lease = (await a.ok("claim", {"todo_id": todo_id, "lease_seconds": 30}))["todo"]["lease"]
+    await a.ok("fail", {"todo_id": todo_id, "lease": lease, "error": "flaky", "retry": True})
     env.clock.advance(3600)
     assert await env.services.parts.need(Sweeper).sweep_once() == 1  # and the retry scheduler too
     await env.settle()

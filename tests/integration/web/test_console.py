@@ -51,8 +51,9 @@ async def test_queues_todos_filters_cancel_and_dead_letters(inst: Instance) -> N
             ]
         )
         first, second, build = created.created
-        assert await s.todos.claim(ep.id, build, ["builds"], 300) is not None
-        await s.todos.fail(ep.id, build, "compiler crashed", retry=False)
+        held = await s.todos.claim(ep.id, build, ["builds"], 300)
+        assert held is not None
+        await s.todos.fail(ep.id, build, held.lease_id, "compiler crashed", retry=False)
         assert await s.console.sample_backlog() == 2
 
         page = (await person.http.get("/queues")).text
