@@ -158,8 +158,11 @@ class Conf:
             while time.monotonic() < deadline:
                 if not self.proc.alive:
                     raise AssertionError(f"{self.spec.name} exited:\n{self.proc.log_tail()}")
-                with contextlib.suppress(httpx.TransportError):
-                    if http.get("/healthz").status_code == 200:
+                with contextlib.suppress(httpx.TransportError, ValueError):
+                    # /healthz answers at once; the components' lifespans (and their startup lines)
+                    # have run only when /readyz no longer says "starting".
+                    ready = http.get("/readyz")
+                    if "starting" not in ready.json().get("reasons", ()):
                         return
                 time.sleep(0.05)
         raise AssertionError(f"{self.spec.name} not ready:\n{self.proc.log_tail()}")
