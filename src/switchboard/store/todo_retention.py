@@ -42,6 +42,8 @@ _PICK_PG = (
 )
 _PICK_SQLITE = f"SELECT id FROM todos WHERE {TERMINAL} AND updated_at < ? ORDER BY updated_at LIMIT ?"
 _OLDEST = f"SELECT min(updated_at) FROM todos WHERE {TERMINAL}"
+_FINISHED_PG = f"SELECT count(*) FROM todos WHERE {TERMINAL} AND updated_at >= $1"
+_FINISHED_SQLITE = f"SELECT count(*) FROM todos WHERE {TERMINAL} AND updated_at >= :since"
 TABLES = ("todo_events", "a2a_tasks", "todos")  # deleted in this order; the metrics' table label
 _DELETE_BY = {"todo_events": "todo_id", "a2a_tasks": "todo_id", "todos": "id"}
 
@@ -79,6 +81,15 @@ class TodoRetention:
         async with self.db.pg_statement() as pg:
             value = await pg.fetchval(_OLDEST)
         return None if value is None else int(value)
+
+    async def finished_since(self, since_ms: int) -> int:
+        """Todos that became terminal since ``since_ms`` on every instance (one range of
+        ``ix_todos_terminal``): the rate the sweep must keep up with once they are due."""
+        if self.db.is_sqlite:
+            rows = await self.db.sqlite_fetch(_FINISHED_SQLITE, {"since": since_ms})
+            return int(rows[0][0]) if rows else 0
+        async with self.db.pg_statement() as pg:
+            return int(await pg.fetchval(_FINISHED_PG, since_ms))
 
     async def return_space(self) -> int | None:
         """SQLite: one short step giving up to ``VACUUM_PAGES`` free pages back to the file (a write of

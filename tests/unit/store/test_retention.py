@@ -14,7 +14,7 @@ from sqlalchemy import func, insert, select, text
 
 from switchboard.clock import ManualClock
 from switchboard.obs.metrics import Metrics
-from switchboard.queue.retention import RetentionPolicy, RetentionSweeper
+from switchboard.queue.retention import HEADROOM, PAUSE_MIN, Pace, RetentionPolicy, RetentionSweeper
 from switchboard.store.accounts import AccountStore
 from switchboard.store.db import Database
 from switchboard.store.schema import todos
@@ -205,3 +205,38 @@ async def test_pending_rows_stay_out_of_the_terminal_index(database: Database) -
     else:
         plan = " ".join(str(r) for r in await database.sqlite_fetch(explain + pick, {}))
     assert "ix_todos_terminal" in plan, plan
+
+
+async def test_the_finishing_rate_counts_terminal_todos_since_a_time(database: Database) -> None:
+    ep = await endpoint(database)
+    await seed(database, ep, "done", NOW_MS - 5_000, n=3)
+    await seed(database, ep, "canceled", NOW_MS - 2_000, n=2)
+    await seed(database, ep, "done", NOW_MS - 60_000, n=4)  # before the window
+    await seed(database, ep, "pending", NOW_MS - 1_000, n=6)  # not finished
+    assert await TodoRetention(database).finished_since(NOW_MS - 10_000) == 5
+
+
+def test_a_backlog_drains_gently_when_little_is_finishing() -> None:
+    pace = Pace(100, need=40.0)
+    # 100 rows in 30 ms: the gentle pause (270 ms) still deletes 333 rows/s, more than 1.5 x 40
+    assert pace.after(100, 0.03) == pytest.approx(0.27)
+    assert pace.batch == 100
+    assert Pace(100).after(100, 0.001) == PAUSE_MIN  # never less than the floor
+
+
+def test_the_sweep_keeps_up_with_what_is_finishing_now() -> None:
+    pace = Pace(100, need=1500.0)
+    pauses = []
+    for _ in range(6):
+        took = 0.0003 * pace.batch  # 0.3 ms a row
+        rows = pace.batch
+        pauses.append(pace.after(rows, took))
+        rate = rows / (took + pauses[-1])
+        assert pauses[-1] >= PAUSE_MIN
+    assert pace.batch > 100  # grown: fewer statements per row
+    assert pace.batch <= pace.most == 800
+    assert rate >= 1500 * HEADROOM * 0.999  # once grown, it keeps up with headroom
+    pace.need = 10.0  # the load went away: the batch shrinks back step by step
+    for _ in range(4):
+        pace.after(pace.batch, 0.0003 * pace.batch)
+    assert pace.batch == 100
