@@ -38,7 +38,7 @@ ENDPOINTS = 30
 HOOKS_PER_ENDPOINT = 5
 RATE = 60.0  # deliveries per second offered: well under one core of ingest on this machine
 WARMUP_SECONDS = 2.0
-MEASURE_SECONDS = 15.0  # one_run's window (scenario 5's profile, bench.whatif)
+MEASURE_SECONDS = 15.0  # one_run's window (scenario 5's profile, bench.experiments.whatif)
 VARIANTS = ("none", "hang", "closed")
 SLICE_SECONDS = 3.0
 SLICES = 8  # per variant and repeat: 24 s measured per variant per repeat
@@ -73,7 +73,7 @@ async def one_run(
     profile: bool = False,
     overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One variant on a fresh server; ``patches`` only for ``python -m bench.whatif``; ``profile``
+    """One variant on a fresh server; ``patches`` only for ``python -m bench.experiments.whatif``; ``profile``
     samples the measured window (scenario 5)."""
     name = f"s1-{variant}-{tag}"
     server = b.server(name, b.settings(name, **(overrides or {})))

@@ -219,7 +219,7 @@ async def _sqlite(b: Bench, todos: int) -> dict[str, Any]:
     endpoints of its own (loaded through a fan-out source of its own just before it runs)."""
     b.progress.phase("s4 claim: SQLite setup", 10)
     server = b.server("s4-sqlite", b.settings("s4-sqlite", mcp_rate_per_minute=MCP_RATE_PER_MINUTE))
-    # BENCH_S4_PATCHES: bench patches for the SQLite server (bench/patches_s4.py; a diagnostic such as
+    # BENCH_S4_PATCHES: bench patches for the SQLite server (bench/experiments/patches_s4.py; a diagnostic such as
     # tail_probe). Never set by python -m bench.
     server.patches = [p for p in os.environ.get("BENCH_S4_PATCHES", "").split(",") if p]
     world = await build_world(
@@ -262,7 +262,7 @@ async def _sqlite_variant(
         "agents": len(agents),
         **_combine([result], db, loaded),
         "cpu": cpu,
-        "window": window,  # wall clock, to cut a diagnostic's record (bench/tailprobe.py) to this run
+        "window": window,  # wall clock, to cut a diagnostic's record (bench/experiments/tailprobe.py) to this run
         **info,
     }
 

@@ -79,10 +79,10 @@ class _Profiling:
 def main(argv: list[str]) -> int:
     config = json.loads(Path(argv[0]).read_text())
     if config.get("patches"):
-        import bench.patches_s4  # noqa: F401  (registers scenario 4's patches)
-        from bench.patches import apply
+        import bench.experiments.patches_s4  # noqa: F401  (registers scenario 4's patches)
+        from bench.experiments.patches import apply
 
-        apply(config["patches"])  # what-if experiments only (python -m bench.whatif)
+        apply(config["patches"])  # what-if experiments only (python -m bench.experiments.whatif)
     settings = Settings(**config["settings"])
     configure_logging(config.get("log_level", "INFO"))
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)

@@ -37,8 +37,8 @@ def main(argv: list[str]) -> int:
         signal.signal(signal.SIGUSR1, profiling.start)
         signal.signal(signal.SIGUSR2, profiling.stop)
     if patches:
-        import bench.patches_s4  # noqa: F401  (registers scenario 4's patches)
-        from bench.patches import apply
+        import bench.experiments.patches_s4  # noqa: F401  (registers scenario 4's patches)
+        from bench.experiments.patches import apply
 
         apply(patches)
     configure_logging()

@@ -1,4 +1,4 @@
-"""What-if patches for ``python -m bench.whatif``: experiments, NOT shipped behaviour.
+"""What-if patches for ``python -m bench.experiments.whatif``: experiments, NOT shipped behaviour.
 
 Each one monkeypatches the server process (the bench launcher applies them before building the
 services) to estimate what a proposed change to ``src/`` would buy. They are deliberately small and
@@ -143,7 +143,7 @@ def httpcore_transport() -> None:
 
     import switchboard.outbound
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parent.parent.parent
     source = subprocess.run(
         ["git", "-C", str(root), "show", "73d3131:src/switchboard/push/_transport.py"],
         check=True,

@@ -3,7 +3,7 @@
 Applied to the server process as the bench patch ``tail_probe`` (``BENCH_S4_PATCHES=tail_probe``), it
 records events with their wall-clock time and duration, one JSON line each, to ``$BENCH_PROBE_OUT``
 (default ``tailprobe.jsonl`` in the working folder), so a variant's window can be cut out afterwards
-(``python -m bench.tailprobe FILE START END``):
+(``python -m bench.experiments.tailprobe FILE START END``):
 
 * ``gc``: every garbage collection (generation, milliseconds, objects collected), from ``gc.callbacks``;
 * ``batch``: each group-commit batch of the SQLite writer: works, BEGIN IMMEDIATE's wait (SQLite's busy

@@ -1,6 +1,6 @@
-"""Scenario 4's SQLite claim-tail patches (issue 18), registered beside bench/patches.py's what-ifs
+"""Scenario 4's SQLite claim-tail patches (issue 18), registered beside bench/experiments/patches.py's what-ifs
 (in a module of their own so the two files change apart): ``tail_probe`` is a meter
-(bench/tailprobe.py); ``no_gc_freeze`` and ``writer_autocheckpoint`` undo shipped changes for A/B runs;
+(bench/experiments/tailprobe.py); ``no_gc_freeze`` and ``writer_autocheckpoint`` undo shipped changes for A/B runs;
 ``switch_interval``, ``no_autocheckpoint`` and ``no_savepoints`` are measurements only. Imported by
 bench/server.py and bench/worker.py before they apply a config's patches."""
 
@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.patches import _in_worker, patch
+from bench.experiments.patches import _in_worker, patch
 
 
 @patch
 def tail_probe() -> None:
     """Not a what-if: records GC pauses, the SQLite writer's batches, loop stalls and loop-side writes
-    (bench/tailprobe.py), for scenario 4's claim tail (``BENCH_S4_PATCHES=tail_probe``)."""
+    (bench/experiments/tailprobe.py), for scenario 4's claim tail (``BENCH_S4_PATCHES=tail_probe``)."""
     if _in_worker():
         return  # the server's process only
-    from bench import tailprobe
+    from bench.experiments import tailprobe
 
     tailprobe.install()
 
