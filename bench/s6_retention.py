@@ -37,7 +37,7 @@ from bench.common import ratio, summarize_ms
 from bench.context import Bench, running
 from bench.mcp_wire import McpClient
 from bench.world import build_world
-from switchboard.ids import new_id
+from switchboard.core.ids import new_id
 
 ESTIMATE = 420.0
 TERMINAL = 1_000_000

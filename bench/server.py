@@ -32,8 +32,8 @@ import uvicorn
 from bench.common import HOST_SUFFIX, LOOPBACK
 from switchboard.app import create_app
 from switchboard.cli.serve import uvicorn_config
-from switchboard.heap import freeze_startup_heap
 from switchboard.obs import configure_logging
+from switchboard.process.heap import freeze_startup_heap
 from switchboard.services import build_services
 from switchboard.settings import Settings
 

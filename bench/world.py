@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.server import bench_resolver
+from switchboard.core.verbs import CONSUMER, NOTIFY_HOOKS
 from switchboard.ingest.verify import mint_source_secret
 from switchboard.notify.service import NotifyHooks
 from switchboard.notify.store import HookStore
-from switchboard.outbound import notify_outbound
+from switchboard.push.from_settings import notify_outbound
 from switchboard.services import build_services
 from switchboard.settings import Settings
-from switchboard.verbs import CONSUMER, NOTIFY_HOOKS
 
 VERBS = (*CONSUMER.verbs, *NOTIFY_HOOKS.verbs)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
 from switchboard.obs.logs import quiet_noisy_loggers
 from switchboard.obs.metrics import Metrics
 from switchboard.store.db import Database

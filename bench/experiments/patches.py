@@ -141,7 +141,7 @@ def httpcore_transport() -> None:
     import types
     from pathlib import Path
 
-    import switchboard.outbound
+    import switchboard.push.from_settings
 
     root = Path(__file__).resolve().parent.parent.parent
     source = subprocess.run(
@@ -154,7 +154,7 @@ def httpcore_transport() -> None:
     module.__package__ = "switchboard.push"
     sys.modules[module.__name__] = module
     exec(compile(source, "switchboard/push/_transport_73d3131.py", "exec"), module.__dict__)
-    switchboard.outbound.Sender = module.Sender  # type: ignore[attr-defined]
+    switchboard.push.from_settings.Sender = module.Sender  # type: ignore[attr-defined]
 
 
 @patch

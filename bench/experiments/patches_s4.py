@@ -24,7 +24,7 @@ def tail_probe() -> None:
 
 @patch
 def no_gc_freeze() -> None:
-    """Undo a shipped change: the startup heap is not frozen (switchboard/heap.py), as before."""
+    """Undo a shipped change: the startup heap is not frozen (switchboard/process/heap.py), as before."""
     import sys
 
     def nothing() -> int:

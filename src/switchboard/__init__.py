@@ -1,4 +1,12 @@
-"""Switchboard: a self-hosted work-queue server for AI agents and automation."""
+"""Switchboard: a self-hosted work-queue server for AI agents and automation.
+
+A request meets ``edge`` first (connection limits, the warm-up front app, one Authorization header, the
+JSON boundary, session caps), then ``app``'s routes hand it to a face: ``ingest`` (signed webhooks in),
+``mcp``, ``a2a`` or ``web``. Every face calls one service layer (``manage``, ``notify.service``, the
+``store`` homes); committed transitions ring ``notify``, ``a2a`` push and the MCP doorbell, whose calls
+out go through ``push``. ``settings``, ``services``, ``process``, ``core`` and ``obs`` serve them all;
+docs/architecture.md draws the picture.
+"""
 
 from __future__ import annotations
 

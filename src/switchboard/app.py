@@ -15,16 +15,16 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from switchboard import __version__
 from switchboard.a2a.card import A2A_PATH
-from switchboard.authorization import OneAuthorization
-from switchboard.boundary import BaselineHeaders, JsonBoundary, jsonrpc_error, oauth_error
+from switchboard.edge.authorization import OneAuthorization
+from switchboard.edge.boundary import BaselineHeaders, JsonBoundary, jsonrpc_error, oauth_error
 from switchboard.ingest.app import Ingest
 from switchboard.obs.asgi import McpTiming
 from switchboard.obs.health import readiness
 from switchboard.obs.logs import get_logger
 from switchboard.obs.queues import refresh_queue_gauges
 from switchboard.operator.events import OperatorEvents
-from switchboard.ops import ensure_schema
-from switchboard.outbound import notify_outbound
+from switchboard.process.ops import ensure_schema
+from switchboard.push.from_settings import notify_outbound
 from switchboard.queue.retention import PG_BATCH, SQLITE_BATCH, RetentionPolicy, RetentionSweeper
 from switchboard.queue.sweeper import Sweeper
 from switchboard.services import Services

@@ -1,6 +1,6 @@
 """The ``switchboard`` console script. ``serve`` checks its settings, data folder and port before the
 full CLI (and the database and web stacks under it) is imported, so a misconfigured start is refused
-within a moment (switchboard.preflight)."""
+within a moment (switchboard.process.preflight)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import NoReturn
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["serve"] and not {"-h", "--help"} & set(args):
-        from switchboard.preflight import quick_serve_check
+        from switchboard.process.preflight import quick_serve_check
 
         refused = quick_serve_check(args[1:])
         if refused is not None:
@@ -24,7 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run() -> NoReturn:
     """The console script: :func:`main`, then exit without the interpreter's teardown (quickexit)."""
-    from switchboard.quickexit import leave
+    from switchboard.process.quickexit import leave
 
     try:
         code: object = main()

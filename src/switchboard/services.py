@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from switchboard.clock import Clock, SystemClock
+from switchboard.core.clock import Clock, SystemClock
+from switchboard.core.ids import instance_id as new_instance_id
 from switchboard.cred import Envelope, load_or_create_key
-from switchboard.ids import instance_id as new_instance_id
 from switchboard.obs.metrics import Metrics
 from switchboard.operator.events import operator_events
 from switchboard.operator.sink import NullSink, OperatorSink

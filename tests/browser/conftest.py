@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
 from tests.support.server import Instance, make_settings, run_instance
 
 CHROMIUM = os.environ.get("SWITCHBOARD_CHROMIUM", "/usr/bin/chromium")

@@ -15,10 +15,10 @@ import pytest_asyncio
 from playwright.async_api import expect
 from sqlalchemy import insert
 
+from switchboard.core.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from switchboard.notify.component import NotifyComponent
 from switchboard.store.schema_console import backlog_samples
 from switchboard.store.todos import NewTodo
-from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from tests.browser.conftest import TIMEOUT_MS, WIDTHS, fits_and_passes_axe, shoot
 from tests.integration.web.helpers import PASSWORD, Human, ManualFlow, register_client
 from tests.support import hook_health

@@ -24,7 +24,7 @@ import trustme
 from playwright.async_api import Locator, Page, expect
 from standardwebhooks import Webhook
 
-from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
+from switchboard.core.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from tests.browser.conftest import TIMEOUT_MS, WIDTHS, fits_and_passes_axe, shoot
 from tests.integration.web.helpers import PASSWORD
 from tests.reliability.procs import ServerProcess, provision, server_env, servers

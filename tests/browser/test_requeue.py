@@ -17,7 +17,7 @@ import trustme
 from playwright.async_api import expect
 from standardwebhooks import Webhook
 
-from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
+from switchboard.core.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from tests.browser.conftest import TIMEOUT_MS
 from tests.integration.web.helpers import PASSWORD
 from tests.reliability.procs import ServerProcess, provision, server_env, servers

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from playwright.async_api import expect
 
+from switchboard.core.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from switchboard.notify.component import NotifyComponent
 from switchboard.store.todos import NewTodo
-from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from tests.integration.web.helpers import PASSWORD, Human, ManualFlow
 from tests.support import hook_health
 from tests.support.server import Instance

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from playwright.async_api import expect
 
+from switchboard.core.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from switchboard.notify.component import NotifyComponent
-from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from tests.browser.conftest import shoot
 from tests.integration.web.helpers import PASSWORD, MemoryStorage
 from tests.support.mcp_client import agent

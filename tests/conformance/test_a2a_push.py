@@ -37,7 +37,7 @@ from a2a.types.a2a_pb2 import (
 from google.protobuf.json_format import ParseDict
 from standardwebhooks import Webhook
 
-from switchboard.verbs import A2A, DEFAULT_GRANT
+from switchboard.core.verbs import A2A, DEFAULT_GRANT
 from tests.conformance.harness import (
     FLEET,
     Conf,

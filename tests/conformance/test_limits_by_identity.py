@@ -29,8 +29,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import SubscriptionLost
 
+from switchboard.core.verbs import A2A
 from switchboard.mcp.doorbell import doorbell_uri
-from switchboard.verbs import A2A
 from tests.conformance.harness import Conf, ServerSpec, tenant, unique, wait_until
 from tests.support.mcp_client import agent
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from a2a.client import A2ACardResolver
 
-from switchboard.verbs import A2A, DEFAULT_GRANT
+from switchboard.core.verbs import A2A, DEFAULT_GRANT
 from tests.conformance.conftest import _checked
 from tests.conformance.harness import (
     FLEET,

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from a2a.types.a2a_pb2 import CancelTaskRequest
 
-from switchboard.verbs import DEFAULT_GRANT
+from switchboard.core.verbs import DEFAULT_GRANT
 from tests.conformance.conftest import _checked
 from tests.conformance.harness import FLEET, Conf, ServerSpec, Tenant, tenant
 from tests.conformance.test_a2a_push import pair

@@ -113,7 +113,7 @@ async def test_req02_create_reveals_the_secret_once(conf: Conf) -> None:
 
 
 async def test_req02_endpoint_without_the_verb(conf: Conf) -> None:
-    from switchboard.verbs import DEFAULT_GRANT
+    from switchboard.core.verbs import DEFAULT_GRANT
 
     async with ListeningSocket() as sock, tenant(conf, verbs=DEFAULT_GRANT) as a:
         for verb, args in (

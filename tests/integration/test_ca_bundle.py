@@ -12,8 +12,8 @@ import httpx
 import trustme
 from standardwebhooks import Webhook
 
+from switchboard.core.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from switchboard.services import outbound_ssl_context
-from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from tests.reliability.procs import ServerProcess, provision, server_env, servers, switchboard_command
 from tests.support.mcp_client import agent
 from tests.support.receivers import HTTPSReceiver

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
 from tests.integration.mcp.helpers import Bell, connect
 from tests.support.mcp_client import agent
 from tests.support.server import Instance, make_settings, run_instance

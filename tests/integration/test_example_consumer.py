@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from switchboard.verbs import DEFAULT_GRANT
+from switchboard.core.verbs import DEFAULT_GRANT
 from tests.reliability.procs import ServerProcess, provision, server_env, servers
 from tests.support.mcp_client import agent
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
 from switchboard.queue.sweeper import Sweeper
 from switchboard.store.todos import NewTodo
 from switchboard.store.transitions import Transition

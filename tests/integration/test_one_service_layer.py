@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
+from switchboard.core.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from tests.reliability.procs import ServerProcess, cli, server_env, servers, switchboard_command
 from tests.support.mcp_client import agent
 from tests.support.secrets import reveal

@@ -10,8 +10,8 @@ import time
 import pytest
 from sqlalchemy import text
 
-from switchboard.clock import SystemClock
-from switchboard.ratelimit import WindowLimiter
+from switchboard.core.clock import SystemClock
+from switchboard.core.ratelimit import WindowLimiter
 from switchboard.store.db import Database
 from switchboard.store.windows import BUCKETS_PER_WINDOW, SharedWindows
 

@@ -22,9 +22,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from standardwebhooks import Webhook
 
+from switchboard.core.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from switchboard.store.db import Database
 from switchboard.store.tables import metadata
-from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from tests.integration.web.helpers import csrf_of, register_client
 from tests.reliability.procs import ServerProcess, cli, provision, server_env, servers
 from tests.support.history import EARLIER, HISTORIES, build_at, row_counts

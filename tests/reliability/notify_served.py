@@ -24,7 +24,7 @@ import httpx
 import trustme
 from prometheus_client.parser import text_string_to_metric_families
 
-from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
+from switchboard.core.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from tests.reliability.procs import ServerProcess, Tenant, provision, server_env, servers
 from tests.support.mcp_client import Agent, agent
 from tests.support.receivers import HTTPSReceiver, RecordedRequest

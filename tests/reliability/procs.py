@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from switchboard.front import STARTING
+from switchboard.edge.front import STARTING
 from tests.support.server import TEST_CRED_KEY, free_port
 
 READY_TIMEOUT = 90.0  # a bound: ~6 s on a quiet 2-core box; the suite runs three test processes at once
@@ -213,7 +213,7 @@ class ServerProcess:
 
     async def ready(self, timeout: float = READY_TIMEOUT) -> float:
         """Poll (bounded) until the full app runs: /readyz answers 200, or 503 for a reason other than
-        ``starting`` (serve binds before its app starts, switchboard.front); how long it took."""
+        ``starting`` (serve binds before its app starts, switchboard.edge.front); how long it took."""
         started = time.monotonic()
         async with httpx.AsyncClient(base_url=self.base_url, timeout=2) as http:
             while time.monotonic() - started < timeout:

@@ -23,8 +23,8 @@ from pathlib import Path
 import httpx
 from mcp import MCPError
 
+from switchboard.core.verbs import DEFAULT_GRANT
 from switchboard.mcp.auth import VERIFIED_TTL
-from switchboard.verbs import DEFAULT_GRANT
 from tests.reliability.procs import ServerProcess, Tenant, cli, provision, server_env, servers
 from tests.support.mcp_client import Agent, ToolResult, agent
 

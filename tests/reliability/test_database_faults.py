@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
 from switchboard.queue.sweeper import Sweeper
 from switchboard.store.schema import todos
 from tests.support.pg import PostgresServer

@@ -1,5 +1,5 @@
 """``serve`` raises its soft open-file limit to what ``SWITCHBOARD_MAX_CONNECTIONS`` needs (twice the cap
-for a burst's sweep, plus spare: switchboard/fdlimit.py), and says so once when the hard limit is too low;
+for a burst's sweep, plus spare: switchboard/edge/fdlimit.py), and says so once when the hard limit is too low;
 on the real process, started with lowered limits through ``prlimit``."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from switchboard.fdlimit import needed_for
-from switchboard.verbs import DEFAULT_GRANT
+from switchboard.core.verbs import DEFAULT_GRANT
+from switchboard.edge.fdlimit import needed_for
 from tests.reliability.procs import ServerProcess, provision, server_env, servers
 
 WARNING = "the open-file limit is below what SWITCHBOARD_MAX_CONNECTIONS needs"

@@ -26,7 +26,7 @@ from mcp.shared.exceptions import MCPError
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from switchboard.verbs import A2A, DEFAULT_GRANT
+from switchboard.core.verbs import A2A, DEFAULT_GRANT
 from tests.integration.web.helpers import REDIRECT_URI, Human, ManualFlow, register_client
 from tests.reliability.procs import CliFailed, ServerProcess, Tenant, cli, provision, server_env, servers
 from tests.support.mcp_client import agent

@@ -16,10 +16,10 @@ from mcp import MCPError
 from mcp_types import INVALID_PARAMS
 from sqlalchemy import func, select
 
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
+from switchboard.core.verbs import ALL_VERBS
 from switchboard.mcp.server import McpSurface
 from switchboard.store.schema import todos
-from switchboard.verbs import ALL_VERBS
 from tests.support.mcp_client import Agent, agent
 from tests.support.receivers import StaticResolver
 from tests.support.server import Instance, make_settings, run_instance

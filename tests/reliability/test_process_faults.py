@@ -35,8 +35,8 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from standardwebhooks import Webhook
 
+from switchboard.core.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from switchboard.store.schema import todos
-from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from tests.reliability.procs import Phases, ServerProcess, Tenant, provision, server_env, servers
 from tests.support.mcp_client import Agent, agent
 from tests.support.receivers import HTTPSReceiver, RecordedRequest

@@ -20,7 +20,7 @@ import trustme
 from a2a.client import ClientConfig, create_client
 from a2a.types.a2a_pb2 import SendMessageRequest
 
-from switchboard.verbs import A2A, DEFAULT_GRANT, NOTIFY_HOOKS
+from switchboard.core.verbs import A2A, DEFAULT_GRANT, NOTIFY_HOOKS
 from tests.integration.a2a.conftest import message, push_config
 from tests.reliability.notify_served import TimedReceiver
 from tests.reliability.procs import ServerProcess, Tenant, cli, provision, server_env, servers

@@ -34,12 +34,12 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.errors import TaskNotFoundError
 from sqlalchemy import select
 
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
+from switchboard.core.verbs import ALL_VERBS
 from switchboard.store.schema import endpoints, humans, notify_hooks, routes, sources, todos
 from switchboard.store.schema_a2a import a2a_push_outbox, a2a_tasks, push_notification_configs
 from switchboard.store.schema_console import human_invites, todo_events
 from switchboard.store.todos import NewTodo
-from switchboard.verbs import ALL_VERBS
 from tests.integration.web.helpers import Human, csrf_of
 from tests.support.mcp_client import Agent, agent
 from tests.support.receivers import StaticResolver, client_ssl_context

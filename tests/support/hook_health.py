@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from switchboard.clock import ms
+from switchboard.core.clock import ms
 from switchboard.notify.hook_model import HealthFold, HealthOutcome
 from switchboard.notify.store import HookHealth
 

@@ -16,7 +16,7 @@ import httpx
 import uvicorn
 
 from switchboard.app import Component, create_app
-from switchboard.clock import Clock, ManualClock
+from switchboard.core.clock import Clock, ManualClock
 from switchboard.services import Services, build_services
 from switchboard.settings import Settings
 from tests.support.secrets import leaks

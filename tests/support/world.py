@@ -14,10 +14,10 @@ from typing import Any
 
 from standardwebhooks import Webhook
 
+from switchboard.core.verbs import DEFAULT_GRANT
 from switchboard.ingest.verify import mint_path_token, mint_source_secret
 from switchboard.store.accounts import Endpoint
 from switchboard.store.sources import Source
-from switchboard.verbs import DEFAULT_GRANT
 from tests.support.secrets import reveal
 from tests.support.server import Instance
 

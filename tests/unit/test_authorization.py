@@ -9,7 +9,7 @@ import json
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
-from switchboard.authorization import OneAuthorization, bearer_token, bearer_value
+from switchboard.edge.authorization import OneAuthorization, bearer_token, bearer_value
 
 
 @pytest.mark.parametrize(

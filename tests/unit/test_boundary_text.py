@@ -1,4 +1,4 @@
-"""The text boundary (switchboard.text.loads_strict / admit / admit_label) and the connection guard's
+"""The text boundary (switchboard.core.text.loads_strict / admit / admit_label) and the connection guard's
 coalesced logging, as parts. A Hypothesis strategy throws lone surrogates, bidi runs and deep nesting
 at every text field a sender controls."""
 
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from switchboard.conn import Coalesced
-from switchboard.text import MAX_JSON_DEPTH, Unstorable, admit, admit_label, loads_strict
+from switchboard.core.text import MAX_JSON_DEPTH, Unstorable, admit, admit_label, loads_strict
+from switchboard.edge.conn import Coalesced
 
 LONE_SURROGATES = st.integers(0xD800, 0xDFFF).map(chr)
 BIDI = st.sampled_from(

@@ -1,4 +1,4 @@
-"""The connection guard (switchboard.conn) on a real loopback server, with a trivial inner protocol:
+"""The connection guard (switchboard.edge.conn) on a real loopback server, with a trivial inner protocol:
 the cap evicts the oldest connection that has not finished its headers, never one that has (nor one
 whose request arrived in the same accept burst as a flood), and the header deadline closes silent and
 trickling connections."""
@@ -11,7 +11,7 @@ import socket
 import time
 from collections.abc import AsyncIterator
 
-from switchboard.conn import HARD_FACTOR, guarded_protocol
+from switchboard.edge.conn import HARD_FACTOR, guarded_protocol
 
 
 class Answer(asyncio.Protocol):

@@ -1,4 +1,4 @@
-"""switchboard.front: /healthz at once, /readyz 'starting' until the full app's lifespan has started,
+"""switchboard.edge.front: /healthz at once, /readyz 'starting' until the full app's lifespan has started,
 every other request held and then served by the full app; a failed start answers 503 and says so."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message
 
-from switchboard.front import STARTING, Front
+from switchboard.edge.front import STARTING, Front
 
 HEALTH = {"status": "ok", "version": "1", "instance": "i-1"}
 

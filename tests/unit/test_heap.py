@@ -1,4 +1,4 @@
-"""switchboard.heap: the startup heap is frozen, so a full collection walks only what came after."""
+"""switchboard.process.heap: the startup heap is frozen, so a full collection walks only what came after."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from switchboard.heap import freeze_startup_heap
+from switchboard.process.heap import freeze_startup_heap
 
 
 @pytest.fixture

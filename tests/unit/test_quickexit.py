@@ -1,4 +1,4 @@
-"""switchboard.quickexit: a process that leaves without teardown still hands over its output and status."""
+"""switchboard.process.quickexit: a process that leaves without teardown still hands over its output and status."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 
 def _run(body: str) -> subprocess.CompletedProcess[str]:
-    code = f"from switchboard.quickexit import leave\n{body}"
+    code = f"from switchboard.process.quickexit import leave\n{body}"
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
 
 

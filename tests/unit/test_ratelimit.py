@@ -1,4 +1,4 @@
-"""The tree's one limiter, switchboard.ratelimit.WindowLimiter, on an injected clock.
+"""The tree's one limiter, switchboard.core.ratelimit.WindowLimiter, on an injected clock.
 
 It is a ceiling: no closed interval of ``window`` seconds ever holds more than ``limit`` admissions of
 one key, whatever the arrival pattern (checked by brute force over every window that starts at an
@@ -12,8 +12,8 @@ import random
 
 import pytest
 
-from switchboard.clock import ManualClock
-from switchboard.ratelimit import WindowLimiter
+from switchboard.core.clock import ManualClock
+from switchboard.core.ratelimit import WindowLimiter
 
 
 def busiest_window(times: list[float], window: float) -> int:

@@ -12,9 +12,9 @@ import pytest
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from switchboard import sessioncap
+from switchboard.edge import sessioncap
+from switchboard.edge.sessioncap import SessionCap
 from switchboard.mcp.auth import ENDPOINT_CLAIM, EndpointAccess, authenticated_endpoint
-from switchboard.sessioncap import SessionCap
 
 
 def _scope(endpoint: str, header: bytes | None = None) -> Scope:
@@ -104,7 +104,7 @@ async def test_a_request_that_did_not_authenticate_is_not_counted() -> None:
 
 
 def _initialize(endpoint: str) -> Scope:
-    from switchboard.boundary import PARSED_BODY
+    from switchboard.edge.boundary import PARSED_BODY
 
     return {**_scope(endpoint), "method": "POST", PARSED_BODY: {"method": "initialize"}}
 

@@ -1,4 +1,4 @@
-"""switchboard.tasks.cancel_and_wait: the one way background tasks are stopped."""
+"""switchboard.process.tasks.cancel_and_wait: the one way background tasks are stopped."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from switchboard.tasks import cancel_and_wait
+from switchboard.process.tasks import cancel_and_wait
 
 
 async def forever() -> None:

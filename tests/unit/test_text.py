@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from switchboard.text import neutralize, storable, summary, truncate
+from switchboard.core.text import neutralize, storable, summary, truncate
 
 BIDI_AND_ZERO_WIDTH = [
     "\u202a",  # LRE

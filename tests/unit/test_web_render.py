@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from markupsafe import Markup
 
-from switchboard.text import neutralize
+from switchboard.core.text import neutralize
 from switchboard.web.render import Renderer, shown
 from switchboard.web.sparkline import sparkline
 

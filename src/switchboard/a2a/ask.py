@@ -13,7 +13,8 @@ from mcp_types import ToolAnnotations
 from pydantic import Field
 
 from switchboard.a2a.turns import Turns
-from switchboard.ids import looks_like
+from switchboard.core.ids import looks_like
+from switchboard.core.text import storable
 from switchboard.mcp.holding import LeaseHandle, refusal
 from switchboard.mcp.schemas import AskResult
 from switchboard.mcp.tools import (
@@ -25,7 +26,6 @@ from switchboard.mcp.tools import (
     todo_view,
 )
 from switchboard.store.leases import Verdict
-from switchboard.text import storable
 
 TodoId = Annotated[str, Field(min_length=1, max_length=64, description="The A2A task's todo id, td_...")]
 Question = Annotated[

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from switchboard import authorization as authorization_header
+from switchboard.edge import authorization as authorization_header
 from switchboard.services import Services
 from switchboard.store.accounts import Endpoint
 
@@ -64,7 +64,7 @@ async def authenticate_bearer(services: Services, token: str) -> Endpoint | None
 
 def bearer_token(authorization: str | None) -> str | None:
     """The token of an ``Authorization: Bearer <token>`` header: the one parser every face uses
-    (``switchboard.authorization``; ``Bearer`` in any case)."""
+    (``switchboard.edge.authorization``; ``Bearer`` in any case)."""
     return authorization_header.bearer_token(authorization)
 
 

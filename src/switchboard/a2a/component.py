@@ -9,7 +9,7 @@ Wiring, and why:
 * A2A push has its own allowlist (``SWITCHBOARD_A2A_PUSH_ALLOW_CIDRS``) so exempting a private range for
   notify hooks does not open it to every A2A client; hence its own ``Validator`` and ``Sender``, built
   from ``switchboard.push`` with the same listen addresses, resolver and TLS context as
-  ``switchboard.outbound``.
+  ``switchboard.push.from_settings``.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from switchboard.a2a.worker import DeliveryWorker, Policy
 from switchboard.notify.deliveries import DeliveryLog
 from switchboard.obs.logs import get_logger
 from switchboard.operator.sink import PUSH_GAVE_UP
-from switchboard.outbound import a2a_outbound, outbound_proxy
 from switchboard.push import Sender, Validator
+from switchboard.push.from_settings import a2a_outbound, outbound_proxy
 from switchboard.services import Services
 from switchboard.store.transitions import Transition
 

@@ -23,9 +23,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from switchboard.a2a.config_types import SIGNING_SCHEME, ConfigInput, ConfigView, SendableConfig
 from switchboard.a2a.errors import ConfigRefused
 from switchboard.a2a.tasks import lock_owned
-from switchboard.clock import Clock, ms
+from switchboard.core.clock import Clock, ms
+from switchboard.core.ids import new_id
 from switchboard.cred import Envelope
-from switchboard.ids import new_id
 from switchboard.push import TargetRejected, Validator, mint_secret, sign
 from switchboard.store.accounts import slug_of, verbs_of
 from switchboard.store.db import Database

@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from switchboard.a2a import outbox, tasks
 from switchboard.a2a.configs import ConfigStore
 from switchboard.a2a.views import TERMINAL_TRANSITIONS, PushEvent, push_body
-from switchboard.clock import ms
+from switchboard.core.clock import ms
 from switchboard.store import todo_queries
 from switchboard.store.transitions import InTxHandler, Transition
 

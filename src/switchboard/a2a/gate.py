@@ -36,9 +36,9 @@ from switchboard.a2a.auth import (
 )
 from switchboard.a2a.stream import SCOPE_KEY as SSE_IDS_KEY
 from switchboard.a2a.stream import EventIds
+from switchboard.core.ratelimit import WindowLimiter
 from switchboard.ingest.app import BodyTooLarge, read_capped
 from switchboard.obs.logs import get_logger
-from switchboard.ratelimit import WindowLimiter
 from switchboard.services import Services
 from switchboard.store.accounts import Endpoint
 from switchboard.store.errors import StoreUnavailable

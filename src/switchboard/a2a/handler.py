@@ -67,7 +67,7 @@ from switchboard.a2a.views import (
     task_view,
 )
 from switchboard.a2a.waiter import TaskWaiter
-from switchboard.ids import looks_like
+from switchboard.core.ids import looks_like
 from switchboard.obs.logs import get_logger
 from switchboard.push import Validator
 from switchboard.services import Services

@@ -7,7 +7,7 @@ every address its name resolved to (any of them may be dialled), or from none. T
 all tenants. Per instance, like every rate limit in Switchboard (docs/architecture.md): it protects
 receivers from this instance; the database, not this, guarantees that each delivery is sent once.
 
-The rate is the tree's one limiter, :class:`switchboard.ratelimit.WindowLimiter`: at most ``burst``
+The rate is the tree's one limiter, :class:`switchboard.core.ratelimit.WindowLimiter`: at most ``burst``
 attempts to one address in any ``60 x burst / per_minute`` seconds (20 in any 10 s with the defaults),
 so the sustained rate is ``per_minute`` and never more than ``burst`` go at once (docs/a2a.md).
 
@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
 
-from switchboard.clock import Clock
-from switchboard.ratelimit import WindowLimiter
+from switchboard.core.clock import Clock
+from switchboard.core.ratelimit import WindowLimiter
 
 
 def _keys(ips: Sequence[str] | str) -> tuple[str, ...]:

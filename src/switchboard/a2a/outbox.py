@@ -25,7 +25,7 @@ from sqlalchemy import Row, and_, delete, exists, func, insert, or_, select, upd
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.orm import aliased
 
-from switchboard.ids import new_id
+from switchboard.core.ids import new_id
 from switchboard.push import new_message_id
 from switchboard.store.db import Database
 from switchboard.store.schema_a2a import a2a_push_outbox

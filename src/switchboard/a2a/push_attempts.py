@@ -22,7 +22,7 @@ from switchboard.a2a.config_types import SIGNING_SCHEME, SendableConfig
 from switchboard.a2a.configs import ConfigStore
 from switchboard.a2a.limits import HostLimits
 from switchboard.a2a.outbox import Claimed, OutboxStore
-from switchboard.clock import Clock, ms
+from switchboard.core.clock import Clock, ms
 from switchboard.delivery.backoff import Backoff
 from switchboard.delivery.retry import RetryPolicy
 from switchboard.notify.deliveries import Attempt, DeliveryBuffer, DeliveryRecord

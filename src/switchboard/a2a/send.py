@@ -20,12 +20,12 @@ from switchboard.a2a.settings import default_queue
 from switchboard.a2a.tasks import A2A_KIND, A2A_SOURCE, SendIntent, TaskStore
 from switchboard.a2a.turns import Turns
 from switchboard.a2a.views import TERMINAL_STATUSES, TaskRecord, message_to_json, state_name
-from switchboard.ids import new_id
+from switchboard.core.ids import new_id
+from switchboard.core.text import storable, summary
 from switchboard.services import Services
 from switchboard.store.accounts import QUEUE, SLUG, Endpoint
 from switchboard.store.errors import Conflict
 from switchboard.store.todos import NewTodo
-from switchboard.text import storable, summary
 
 _CONTEXT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 MAX_MESSAGE_ID: Final = 255

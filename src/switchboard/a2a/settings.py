@@ -11,7 +11,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from switchboard.clock import ms
+from switchboard.core.clock import ms
 from switchboard.services import Services
 from switchboard.store.accounts import QUEUE, Endpoint
 from switchboard.store.schema_a2a import a2a_endpoint_settings

@@ -22,7 +22,7 @@ from switchboard.a2a import outbox, tasks
 from switchboard.a2a.configs import ConfigStore
 from switchboard.a2a.views import PushEvent, TaskRecord, push_body
 from switchboard.a2a.waiter import TaskWaiter
-from switchboard.clock import Clock, ms
+from switchboard.core.clock import Clock, ms
 from switchboard.store import todo_queries
 
 InTx = Callable[[AsyncConnection], Awaitable[None]]

@@ -25,12 +25,12 @@ from switchboard.a2a.configs import ConfigStore
 from switchboard.a2a.limits import HostLimits
 from switchboard.a2a.outbox import Claimed, OutboxStore
 from switchboard.a2a.push_attempts import Policy, PushAttempts
-from switchboard.clock import Clock, ms
+from switchboard.core.clock import Clock, ms
 from switchboard.notify.deliveries import DeliveryBuffer, DeliveryLog
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
+from switchboard.process.tasks import cancel_and_wait
 from switchboard.push import Sender, Validator
-from switchboard.tasks import cancel_and_wait
 
 log = get_logger("switchboard.a2a.push")
 

@@ -1,6 +1,6 @@
 """``python -m switchboard.cli``."""
 
 from switchboard.cli.run import main
-from switchboard.quickexit import leave
+from switchboard.process.quickexit import leave
 
 leave(main())

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from switchboard.audit import audit
 from switchboard.cli.base import (
     EXIT_FAILED,
     REVEAL_NOTE,
@@ -18,9 +17,10 @@ from switchboard.cli.base import (
     require_human,
     warn,
 )
+from switchboard.core.verbs import DEFAULT_GRANT
 from switchboard.manage import deletes
+from switchboard.obs.audit import audit
 from switchboard.services import Services
-from switchboard.verbs import DEFAULT_GRANT
 
 
 async def human_create(services: Services, args: argparse.Namespace) -> Output:

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from switchboard.names import EMAIL, QUEUE, SLUG
-from switchboard.verbs import ALL_VERBS, unknown_verbs
+from switchboard.core.names import EMAIL, QUEUE, SLUG
+from switchboard.core.verbs import ALL_VERBS, unknown_verbs
 
 if TYPE_CHECKING:
     from switchboard.services import Services
@@ -118,7 +118,7 @@ def arg_limit(value: str) -> int:
 
 
 def arg_todo_id(value: str) -> str:
-    from switchboard.ids import looks_like  # its module loads the ULID library
+    from switchboard.core.ids import looks_like  # its module loads the ULID library
 
     if not looks_like("td", value):
         raise argparse.ArgumentTypeError(f"{value!r} is not a todo id (td_...)")
@@ -199,7 +199,7 @@ async def require_endpoint(services: Services, slug: str) -> Endpoint:
 
 def load_settings(args: argparse.Namespace) -> Settings:
     """Settings from ``SWITCHBOARD_*``, with the command-line flags winning."""
-    from switchboard import preflight
+    from switchboard.process import preflight
 
     overrides: dict[str, Any] = {}
     if args.data is not None:

@@ -21,8 +21,8 @@ from switchboard.cli.base import (
     arg_todo_id,
     arg_verbs,
 )
-from switchboard.names import AGES, KINDS, STATES, TRUSTS
-from switchboard.verbs import DEFAULT_GRANT
+from switchboard.core.names import AGES, KINDS, STATES, TRUSTS
+from switchboard.core.verbs import DEFAULT_GRANT
 
 
 class _Parser(argparse.ArgumentParser):

@@ -46,7 +46,7 @@ def _commands(group: str) -> ModuleType:
 async def _admin(args: argparse.Namespace, settings: Settings) -> Output:
     from sqlalchemy.exc import SQLAlchemyError
 
-    from switchboard import ops
+    from switchboard.process import ops
     from switchboard.store.db import SchemaMismatch
 
     handler: Handler = getattr(_commands(args.group), args.handler)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from switchboard import ops
 from switchboard.cli.base import EXIT_FAILED, CliError, Output
+from switchboard.process import ops
 from switchboard.services import Services
 from switchboard.store.db import SchemaMismatch
 

@@ -1,6 +1,6 @@
 """``switchboard serve``: preflight, then uvicorn until SIGTERM or SIGINT.
 
-The port is bound before the full app is imported and started (switchboard.front): /healthz answers
+The port is bound before the full app is imported and started (switchboard.edge.front): /healthz answers
 within a moment of the start, /readyz once everything runs, and requests that come earlier wait for it.
 """
 
@@ -14,7 +14,6 @@ import sys
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from switchboard import fdlimit, preflight
 from switchboard.cli.base import (
     EXIT_FAILED,
     EXIT_SERVE,
@@ -23,9 +22,11 @@ from switchboard.cli.base import (
     open_services,
     shares_key_warning,
 )
-from switchboard.heap import freeze_startup_heap
-from switchboard.ids import instance_id
+from switchboard.core.ids import instance_id
+from switchboard.edge import fdlimit
 from switchboard.obs.logs import configure_logging, get_logger, scrub
+from switchboard.process import preflight
+from switchboard.process.heap import freeze_startup_heap
 from switchboard.settings import Settings
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ def serve(settings: Settings) -> int:
     import uvicorn  # only serve needs the web stack; admin commands stay quick to start
 
     from switchboard import __version__
-    from switchboard.front import Front
+    from switchboard.edge.front import Front
 
     try:
         _preflight(settings)
@@ -70,7 +71,7 @@ def serve(settings: Settings) -> int:
         return create_app(services)
 
     def ready(seconds: float) -> None:
-        frozen = freeze_startup_heap()  # GC pauses off the claim path (switchboard/heap.py)
+        frozen = freeze_startup_heap()  # GC pauses off the claim path (switchboard/process/heap.py)
         log.info("switchboard ready", instance=instance, frozen_objects=frozen, seconds=round(seconds, 3))
 
     def failed(exc: BaseException) -> None:
@@ -121,7 +122,7 @@ def uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
     import uvicorn
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
-    from switchboard.conn import guarded_protocol, install_accept_error_filter
+    from switchboard.edge.conn import guarded_protocol, install_accept_error_filter
 
     install_accept_error_filter()
     forwarded = settings.forwarded_allow_ips.strip()
@@ -151,7 +152,7 @@ def uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
 
 
 def _raise_fd_limit(settings: Settings) -> None:
-    """Make room for the connection cap before anything opens a socket (switchboard/fdlimit.py)."""
+    """Make room for the connection cap before anything opens a socket (switchboard/edge/fdlimit.py)."""
     limit = fdlimit.raise_soft_limit(fdlimit.needed_for(settings.max_connections))
     if limit.short:
         log.warning(
@@ -167,7 +168,7 @@ def _preflight(settings: Settings) -> None:
     """The checks that make a misconfigured start fail at once with one line (docs/self-hosting.md)."""
     preflight.check(settings)
     if not preflight.first_start(settings):  # a first start has no schema to check (nor SQLAlchemy to load)
-        from switchboard import ops
+        from switchboard.process import ops
 
         try:
             asyncio.run(ops.check_schema(settings, settings.resolved_database_url()))

@@ -6,8 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from switchboard.audit import audit
 from switchboard.cli.base import EXIT_FAILED, CliError, Output, iso, render_table, require_human
+from switchboard.obs.audit import audit
 from switchboard.services import Services
 
 

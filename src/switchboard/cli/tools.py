@@ -25,9 +25,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def call_verb(args: argparse.Namespace) -> int:
-    from switchboard import preflight
-    from switchboard.call import CallError, call_tool, parse_arguments
+    from switchboard.cli.call import CallError, call_tool, parse_arguments
     from switchboard.obs.logs import scrub
+    from switchboard.process import preflight
 
     try:
         arguments = parse_arguments(args.arguments)
@@ -59,7 +59,7 @@ def _hook_secret(args: argparse.Namespace) -> str:
 
 
 def verify_stdin(args: argparse.Namespace) -> int:
-    from switchboard.receiver import NotVerified, parse_request, verify
+    from switchboard.cli.receiver import NotVerified, parse_request, verify
 
     secret = _hook_secret(args)
     try:
@@ -74,7 +74,7 @@ def verify_stdin(args: argparse.Namespace) -> int:
 def listen_receiver(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from switchboard.receiver import listen_app
+    from switchboard.cli.receiver import listen_app
 
     secret = _hook_secret(args)
     if bool(args.cert) != bool(args.key):
@@ -94,7 +94,7 @@ def listen_receiver(args: argparse.Namespace) -> int:
 
 
 def wait_until_ready(args: argparse.Namespace) -> int:
-    from switchboard import preflight
+    from switchboard.process import preflight
 
     url = args.url or preflight.local_url(load_settings(args))
     ready, answer = preflight.wait_ready(url, args.timeout)

@@ -15,15 +15,15 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from switchboard.core.ratelimit import WindowLimiter
+from switchboard.core.text import Unstorable, loads_strict
 from switchboard.ingest.derive import derive
 from switchboard.ingest.verify import delivery_id, verify_signature
 from switchboard.obs.logs import get_logger
-from switchboard.ratelimit import WindowLimiter
 from switchboard.services import Services
 from switchboard.store.errors import StoreUnavailable
 from switchboard.store.sources import routes_for
 from switchboard.store.todos import NewTodo
-from switchboard.text import Unstorable, loads_strict
 
 log = get_logger("switchboard.ingest")
 

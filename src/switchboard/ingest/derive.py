@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from switchboard.core.text import neutralize, storable, truncate
 from switchboard.ingest.verify import check_kind, header_value
-from switchboard.text import neutralize, storable, truncate
 
 __all__ = ["MAX_KIND", "MAX_TITLE", "DerivedEvent", "derive", "valid_kind"]
 

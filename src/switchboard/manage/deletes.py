@@ -3,7 +3,7 @@ goes along is counted in one transaction) and one audit line naming who did it a
 
 from __future__ import annotations
 
-from switchboard.audit import audit
+from switchboard.obs.audit import audit
 from switchboard.store.accounts import Endpoint
 from switchboard.store.admin import AdminStore
 from switchboard.store.sources import Source

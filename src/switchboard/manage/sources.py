@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from switchboard.audit import audit
 from switchboard.ingest.derive import valid_kind
 from switchboard.ingest.verify import new_source_secret
+from switchboard.obs.audit import audit
 from switchboard.store.sources import Source, SourceStore
 
 KIND_RULE = "up to 100 letters, digits, '_', '.', ':' or '-'"

@@ -33,13 +33,13 @@ from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import PrivateAttr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from switchboard.core.ratelimit import WindowLimiter
+from switchboard.core.verbs import required_grant
 from switchboard.mcp.errors import error_result
-from switchboard.ratelimit import WindowLimiter
 from switchboard.services import TokenLookup
 from switchboard.settings import Settings
 from switchboard.store.accounts import TOKEN_PREFIX, AccountStore, Endpoint, hash_token
 from switchboard.store.changes import EndpointEpoch
-from switchboard.verbs import required_grant
 
 if TYPE_CHECKING:
     from switchboard.obs.metrics import Metrics

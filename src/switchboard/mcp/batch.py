@@ -2,7 +2,7 @@
 ``claim_next`` (answer inside the claim's transaction, bury what no answer can carry, long-poll).
 
 Neither verb has a grant of its own: ``claim_many`` needs ``claim_next``'s, ``ack_many`` needs
-``ack``'s (``switchboard.verbs.required_grant``). A batch is one statement and one transaction
+``ack``'s (``switchboard.core.verbs.required_grant``). A batch is one statement and one transaction
 (``TodoStore.claim_many`` / ``ack_many``); ``ack_many`` answers each item on its own, so a wrong id
 or an oversized result fails that item, never the call.
 
@@ -19,8 +19,9 @@ from mcp_types import ToolAnnotations
 from pydantic import Field
 from typing_extensions import TypedDict
 
-from switchboard.clock import ms
-from switchboard.ids import looks_like
+from switchboard.core.clock import ms
+from switchboard.core.ids import looks_like
+from switchboard.core.text import MAX_JSON_DEPTH, Unstorable, admit
 from switchboard.mcp.errors import TODO_NOT_FOUND, ErrorCode
 from switchboard.mcp.hangups import client_gone
 from switchboard.mcp.holding import LeaseHandle, RequestKey, refusal
@@ -32,7 +33,6 @@ from switchboard.store.accounts import Endpoint
 from switchboard.store.leases import verdict
 from switchboard.store.todo_claims import MAX_BATCH
 from switchboard.store.todos import MAX_RESULT_DEPTH, TodoStore
-from switchboard.text import MAX_JSON_DEPTH, Unstorable, admit
 
 MAX_RESULT_BYTES = 64 * 1024
 MAX_BURIED_PER_CLAIM = 8

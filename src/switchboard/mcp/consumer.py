@@ -14,8 +14,9 @@ from mcp.server import MCPServer
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
-from switchboard.clock import ms
-from switchboard.ids import looks_like
+from switchboard.core.clock import ms
+from switchboard.core.ids import looks_like
+from switchboard.core.text import Unstorable
 from switchboard.mcp.auth import may_call
 from switchboard.mcp.batch import (
     UNANSWERABLE,
@@ -32,7 +33,6 @@ from switchboard.mcp.batch import (
 from switchboard.mcp.holding import LeaseHandle, RequestKey, refusal, why_not_held
 from switchboard.mcp.schemas import AnyJson, HeartbeatResult, MaybeTodoResult, TodoPage, TodoResult
 from switchboard.mcp.tools import ToolContext, VerbError, current_endpoint, not_found, todo_view
-from switchboard.text import Unstorable
 
 TodoId = Annotated[str, Field(min_length=1, max_length=64, description="A todo id, td_...")]
 

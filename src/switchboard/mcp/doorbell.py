@@ -35,15 +35,15 @@ from typing import Any
 from mcp.server.subscriptions import ResourceUpdated, SubscriptionBus
 from mcp_types import ResourceUpdatedNotification, ResourceUpdatedNotificationParams
 
-from switchboard.clock import ms
+from switchboard.core.clock import ms
+from switchboard.core.text import summary
 from switchboard.mcp.sessions import LegacySessions
 from switchboard.obs.logs import get_logger
+from switchboard.process.tasks import cancel_and_wait
 from switchboard.services import Services
 from switchboard.store.accounts import Endpoint
 from switchboard.store.presence import PresenceReturn
 from switchboard.store.transitions import Transition
-from switchboard.tasks import cancel_and_wait
-from switchboard.text import summary
 
 log = get_logger("switchboard.mcp.doorbell")
 

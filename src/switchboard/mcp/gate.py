@@ -34,6 +34,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.requests import Request
 
+from switchboard.core.ratelimit import WindowLimiter
+from switchboard.core.verbs import ALL_VERBS, required_grant
 from switchboard.mcp.auth import EndpointTokenVerifier, caller_endpoint_id
 from switchboard.mcp.doorbell import Doorbell, doorbell_uri, resolve
 from switchboard.mcp.errors import UNAVAILABLE_MESSAGE, error_result, result_code
@@ -41,10 +43,8 @@ from switchboard.mcp.hangups import watching
 from switchboard.mcp.sessions import SESSION_HEADER
 from switchboard.mcp.tools import ToolContext, acting_as
 from switchboard.obs.metrics import Children
-from switchboard.ratelimit import WindowLimiter
 from switchboard.store.accounts import Endpoint
 from switchboard.store.errors import StoreUnavailable
-from switchboard.verbs import ALL_VERBS, required_grant
 
 UNSERVED = frozenset({"prompts/list", "prompts/get"})
 

@@ -21,7 +21,7 @@ from contextvars import ContextVar
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from switchboard.tasks import cancel_and_wait
+from switchboard.process.tasks import cancel_and_wait
 
 HANGUP_KEY = "switchboard.hangup"
 

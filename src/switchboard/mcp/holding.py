@@ -13,7 +13,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from switchboard.clock import ms
+from switchboard.core.clock import ms
 from switchboard.mcp.tools import VerbError, not_found
 from switchboard.store.leases import Verdict, verdict
 from switchboard.store.todos import TodoStore

@@ -25,7 +25,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from switchboard import __version__
-from switchboard.boundary import RevocationForm
+from switchboard.core.ratelimit import WindowLimiter
+from switchboard.edge.boundary import RevocationForm
+from switchboard.edge.sessioncap import SessionCap
 from switchboard.mcp.account import register_account_verbs
 from switchboard.mcp.auth import (
     EndpointTokenVerifier,
@@ -46,9 +48,7 @@ from switchboard.mcp.resources import QueueResources
 from switchboard.mcp.sessions import StreamWatch
 from switchboard.mcp.tools import ToolContext, ToolRegistrar
 from switchboard.obs.logs import get_logger
-from switchboard.ratelimit import WindowLimiter
 from switchboard.services import Services
-from switchboard.sessioncap import SessionCap
 from switchboard.store.errors import Conflict, StoreUnavailable
 from switchboard.store.windows import SharedWindows
 
@@ -264,7 +264,7 @@ def build_mcp(services: Services, *, extra_tools: Sequence[ToolRegistrar] = ()) 
     server.middleware.append(GrantNarrowing(tools.ungated))  # inside the gate: OAuth grants
     sdk_app = server.streamable_http_app(
         max_request_body_size=settings.max_body_bytes,
-        max_sessions=settings.mcp_max_sessions,  # per endpoint: switchboard.sessioncap
+        max_sessions=settings.mcp_max_sessions,  # per endpoint: switchboard.edge.sessioncap
         transport_security=transport_security(settings),
         # Streams carry event ids (and, when primed, a retry hint), so a client whose stream dropped
         # resumes it with Last-Event-ID: the handshake era's GET stream (the doorbell) and replays.

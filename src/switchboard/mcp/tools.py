@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any, cast
 from mcp.server import MCPServer
 from mcp_types import ToolAnnotations
 
+from switchboard.core.text import neutralize
 from switchboard.mcp.errors import TODO_NOT_FOUND, ErrorCode, VerbError, error_result
 from switchboard.mcp.schemas import Todo
 from switchboard.store.accounts import Endpoint
-from switchboard.text import neutralize
 
 if TYPE_CHECKING:
     from switchboard.mcp.doorbell import Doorbell
@@ -139,7 +139,7 @@ def todo_view(row: Any, *, payload: bool = True, lease: bool = False) -> Todo:
     answers that hand the claim's handle to its holder (claims, heartbeat), never for listings.
 
     Title, kind and source are shown to an agent, so they go through the doorbell's
-    :func:`~switchboard.text.neutralize` (no bidi override or control character reorders or hides text);
+    :func:`~switchboard.core.text.neutralize` (no bidi override or control character reorders or hides text);
     payload and result are data and come back exactly as stored."""
     view: dict[str, Any] = {
         "id": row.id,

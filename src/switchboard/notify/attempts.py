@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from switchboard.clock import Clock, ms
+from switchboard.core.clock import Clock, ms
 from switchboard.delivery.backoff import Backoff
 from switchboard.delivery.retry import RetryPolicy
 from switchboard.notify.flow import Flow

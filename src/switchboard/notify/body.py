@@ -7,8 +7,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from switchboard.core.text import summary as neutral_summary
 from switchboard.store.transitions import Transition
-from switchboard.text import summary as neutral_summary
 
 MAX_BODY = 4096
 SUMMARY_LIMIT = 200

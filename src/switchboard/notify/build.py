@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from switchboard.notify.deliveries import DeliveryLog
 from switchboard.notify.dispatcher import Dispatcher
 from switchboard.notify.store import HookStore
-from switchboard.outbound import notify_outbound
+from switchboard.push.from_settings import notify_outbound
 from switchboard.services import Services
 from switchboard.store.windows import SharedWindows
 

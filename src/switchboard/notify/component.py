@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from starlette.routing import BaseRoute
 
-from switchboard.clock import ms
+from switchboard.core.clock import ms
 from switchboard.notify.build import build_dispatcher
 from switchboard.notify.deliveries import DeliveryLog
 from switchboard.notify.dispatcher import Dispatcher
@@ -20,8 +20,8 @@ from switchboard.notify.service import hook_service
 from switchboard.notify.store_owner import hook_owner
 from switchboard.obs.logs import get_logger
 from switchboard.operator.sink import HOOK_DISABLED
+from switchboard.process.tasks import cancel_and_wait
 from switchboard.services import Services
-from switchboard.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from switchboard.mcp.tools import ToolRegistrar

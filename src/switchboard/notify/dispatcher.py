@@ -25,7 +25,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from switchboard.clock import Clock
+from switchboard.core.clock import Clock
+from switchboard.core.ratelimit import SharedWindow
 from switchboard.notify import body as bodies
 from switchboard.notify import replay as replays
 from switchboard.notify.attempts import AttemptRunner, classify, retry_policy
@@ -45,7 +46,6 @@ from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
 from switchboard.operator.sink import OperatorSink
 from switchboard.push import PushError, Sender, StatusError, new_message_id, standard_headers
-from switchboard.ratelimit import SharedWindow
 from switchboard.store.presence import PresenceReturn
 from switchboard.store.todos import TodoStore
 from switchboard.store.transitions import Transition

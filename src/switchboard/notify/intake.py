@@ -6,7 +6,7 @@ bounded queue the workers take from.
   matched with one read of the endpoints involved and their enabled hooks, then each transition, in
   order, goes through the same rules as alone (REQ-1, REQ-6, REQ-9). Nothing read for one batch is kept
   for the next.
-* The per-hook limit is a ceiling (``switchboard.ratelimit.WindowLimiter``): no 60 s window admits
+* The per-hook limit is a ceiling (``switchboard.core.ratelimit.WindowLimiter``): no 60 s window admits
   more than ``rate_per_minute`` notifications of one hook; the rest are dropped and counted. On
   PostgreSQL the window is held in the database, so it is one window for the whole cluster.
 * One bounded queue per instance (REQ-7). Full: the notification is dropped and counted, and a warning
@@ -18,7 +18,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from switchboard.clock import Clock
+from switchboard.core.clock import Clock
+from switchboard.core.ratelimit import SharedWindow, WindowLimiter
+from switchboard.core.verbs import NOTIFY_HOOKS
 from switchboard.notify import body as bodies
 from switchboard.notify.flow import Flow
 from switchboard.notify.notification import Notification
@@ -27,12 +29,10 @@ from switchboard.notify.store import HookStore
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
 from switchboard.push import new_message_id
-from switchboard.ratelimit import SharedWindow, WindowLimiter
 from switchboard.store.accounts import Endpoint
 from switchboard.store.presence import PresenceReturn
 from switchboard.store.todos import TodoStore
 from switchboard.store.transitions import Transition
-from switchboard.verbs import NOTIFY_HOOKS
 
 log = get_logger("switchboard.notify")
 

@@ -4,7 +4,7 @@ also reaches a ``notification dropped`` warning (:mod:`switchboard.notify.droplo
 
 from __future__ import annotations
 
-from switchboard.clock import Clock, ms
+from switchboard.core.clock import Clock, ms
 from switchboard.notify.deliveries import Attempt, DeliveryRecord
 from switchboard.notify.droplog import DropLog
 from switchboard.notify.flow import Flow

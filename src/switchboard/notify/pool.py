@@ -23,7 +23,7 @@ from switchboard.notify.notification import Notification
 from switchboard.notify.outcomes import Outcomes
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
-from switchboard.tasks import cancel_and_wait
+from switchboard.process.tasks import cancel_and_wait
 
 log = get_logger("switchboard.notify")
 

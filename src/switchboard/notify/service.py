@@ -284,7 +284,7 @@ def _queues(value: object, endpoint: Endpoint) -> Sequence[str]:
 def hook_service(services: Services) -> NotifyHooks:
     """The hook operations as every face builds them: the server's notify component and the CLI."""
     from switchboard.notify.build import hook_store
-    from switchboard.outbound import notify_outbound
+    from switchboard.push.from_settings import notify_outbound
 
     validator, _ = notify_outbound(services)
     return NotifyHooks(

@@ -43,9 +43,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from switchboard.clock import Clock, ms
+from switchboard.core.clock import Clock, ms
+from switchboard.core.ids import looks_like, new_id
 from switchboard.cred import Envelope
-from switchboard.ids import looks_like, new_id
 from switchboard.notify.errors import CeilingExceeded, HookNotFound
 from switchboard.notify.hook_model import (
     AUTOMATIC_DISABLES,

@@ -18,15 +18,15 @@ import ssl
 import sys
 from typing import IO, Any
 
-from switchboard.heap import freeze_startup_heap
 from switchboard.notify.build import build_dispatcher, hook_store
 from switchboard.notify.wire import MetricDeltas, line, presence_of, transitions_of
 from switchboard.obs import configure_logging
 from switchboard.obs.logs import get_logger
 from switchboard.operator.sink import PendingEvents
+from switchboard.process.heap import freeze_startup_heap
+from switchboard.process.tasks import cancel_and_wait
 from switchboard.services import build_services
 from switchboard.settings import Settings
-from switchboard.tasks import cancel_and_wait
 
 log = get_logger("switchboard.notify")
 
@@ -131,7 +131,7 @@ async def run(
             await hooks.prepare()
         except Exception:  # then each health statement is compiled at its first use
             log.warning("hook health statements not prepared", stage="store", exc_info=True)
-        # As the server does once it listens (switchboard/heap.py): what start-up made (imports, the
+        # As the server does once it listens (switchboard/process/heap.py): what start-up made (imports, the
         # stores, the compiled statements) is frozen, so a full collection under load walks only what was
         # made since, instead of pausing this worker's attempts for tens of milliseconds each time.
         freeze_startup_heap()
@@ -178,6 +178,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from switchboard.quickexit import leave
+    from switchboard.process.quickexit import leave
 
     leave(main())

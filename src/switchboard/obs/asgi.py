@@ -10,9 +10,9 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from switchboard.boundary import PARSED_BODY
+from switchboard.core.verbs import ALL_VERBS
+from switchboard.edge.boundary import PARSED_BODY
 from switchboard.obs.metrics import Children, Metrics
-from switchboard.verbs import ALL_VERBS
 
 MCP_PATH = "/mcp"
 MAX_PARSED = 256 * 1024  # a larger body is still served; it is only not looked into

@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from switchboard.clock import Clock
+from switchboard.core.clock import Clock
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
 from switchboard.operator.coalesce import Coalescer

@@ -15,12 +15,12 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from switchboard.clock import Clock, ms
+from switchboard.core.clock import Clock, ms
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
+from switchboard.process.tasks import cancel_and_wait
 from switchboard.store.errors import StoreUnavailable
 from switchboard.store.todo_retention import Pruned, TodoRetention
-from switchboard.tasks import cancel_and_wait
 
 log = get_logger("switchboard.retention")
 

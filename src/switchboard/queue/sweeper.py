@@ -8,9 +8,9 @@ import contextlib
 import random
 
 from switchboard.obs.logs import get_logger
+from switchboard.process.tasks import cancel_and_wait
 from switchboard.store.errors import StoreUnavailable
 from switchboard.store.todos import TodoStore
-from switchboard.tasks import cancel_and_wait
 
 log = get_logger("switchboard.sweeper")
 

@@ -16,11 +16,11 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import Row, Select, bindparam, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from switchboard.clock import Clock, ms
-from switchboard.ids import new_id
-from switchboard.names import EMAIL as EMAIL  # re-exported: the stores and web forms check with them
-from switchboard.names import QUEUE as QUEUE
-from switchboard.names import SLUG as SLUG
+from switchboard.core.clock import Clock, ms
+from switchboard.core.ids import new_id
+from switchboard.core.names import EMAIL as EMAIL  # re-exported: the stores and web forms check with them
+from switchboard.core.names import QUEUE as QUEUE
+from switchboard.core.names import SLUG as SLUG
 from switchboard.obs.audit import audit
 from switchboard.store.changes import EndpointChanges, announce
 from switchboard.store.db import Database
@@ -170,7 +170,7 @@ class AccountStore:
         actor: str | None = None,
     ) -> tuple[Endpoint, str]:
         """Create an endpoint and return its bearer token. The token is never stored or shown again."""
-        from switchboard.verbs import unknown_verbs
+        from switchboard.core.verbs import unknown_verbs
 
         if not SLUG.match(slug):
             raise ValueError("slug must be 1-64 lower-case letters, digits or dashes")

@@ -18,8 +18,8 @@ from argon2 import PasswordHasher
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from switchboard.clock import Clock, ms
-from switchboard.ids import new_id
+from switchboard.core.clock import Clock, ms
+from switchboard.core.ids import new_id
 from switchboard.store import accounts, todo_queries
 from switchboard.store import sources as source_store
 from switchboard.store.accounts import EMAIL

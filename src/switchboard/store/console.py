@@ -14,9 +14,9 @@ from sqlalchemy import Row, delete, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from switchboard.clock import Clock, ms
-from switchboard.names import AGES as AGES  # re-exported: the web console's filters use them
-from switchboard.names import STATES as STATES
+from switchboard.core.clock import Clock, ms
+from switchboard.core.names import AGES as AGES  # re-exported: the web console's filters use them
+from switchboard.core.names import STATES as STATES
 from switchboard.store.db import Database
 from switchboard.store.schema import endpoints, todos
 from switchboard.store.schema_console import backlog_samples, todo_events

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from switchboard.clock import Clock, ms
+from switchboard.core.clock import Clock, ms
 from switchboard.obs.logs import get_logger
 from switchboard.store import accounts
 from switchboard.store.changes import EndpointChanges, announce

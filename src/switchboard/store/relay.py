@@ -36,13 +36,13 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
+from switchboard.core.text import summary
 from switchboard.delivery.backoff import Backoff
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
+from switchboard.process.tasks import cancel_and_wait
 from switchboard.store.changes import ENDPOINTS_CHANNEL, EVERY_ENDPOINT, EndpointChanges
 from switchboard.store.transitions import Transition, TransitionHub
-from switchboard.tasks import cancel_and_wait
-from switchboard.text import summary
 
 log = get_logger("switchboard.relay")
 

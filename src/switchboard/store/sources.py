@@ -9,17 +9,17 @@ from typing import Any
 from sqlalchemy import Row, String, bindparam, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from switchboard.clock import Clock, ms
+from switchboard.core.clock import Clock, ms
+from switchboard.core.ids import new_id
+from switchboard.core.names import KINDS as KINDS  # re-exported: the web form offers them
+from switchboard.core.names import QUEUE, SLUG
+from switchboard.core.names import TRUSTS as TRUSTS
+from switchboard.core.text import admit_label
 from switchboard.cred import Envelope
-from switchboard.ids import new_id
-from switchboard.names import KINDS as KINDS  # re-exported: the web form offers them
-from switchboard.names import QUEUE, SLUG
-from switchboard.names import TRUSTS as TRUSTS
 from switchboard.store import accounts
 from switchboard.store.db import Database
 from switchboard.store.errors import Conflict, NotFound
 from switchboard.store.schema import routes, sources
-from switchboard.text import admit_label
 
 # Built once: ingest runs both for every delivery (a statement built per call cost more CPU than its
 # execution). ``kind = NULL`` is never true, so a delivery without a kind matches catch-all routes only.

@@ -9,7 +9,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from switchboard.ids import new_id
+from switchboard.core.ids import new_id
 from switchboard.store.leases import LEASE_SQL_PG, LEASE_SQL_SQLITE
 
 COLUMNS = (

@@ -37,8 +37,9 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import select
 
-from switchboard.clock import Clock, ms
-from switchboard.ids import new_id
+from switchboard.core.clock import Clock, ms
+from switchboard.core.ids import new_id
+from switchboard.core.text import admit
 from switchboard.store.db import Database
 from switchboard.store.leases import Holding
 from switchboard.store.schema import todos
@@ -60,7 +61,6 @@ from switchboard.store.todo_claim_sql import (
 )
 from switchboard.store.todo_moves import transition_of
 from switchboard.store.transitions import Transition, TransitionHub
-from switchboard.text import admit
 
 # An ack result is also an A2A task's artifact: a protobuf Struct, whose JSON parser stops at 100 message
 # levels, two per JSON level. Deeper results would make every GetTask and ListTasks of that sender fail.
@@ -168,7 +168,7 @@ class TodoClaims:
     async def ack_many(self, endpoint_id: str, acks: Sequence[tuple[str, str, Any]]) -> list[Moved]:
         """Mark held todos done, each ``(id, lease, result)``, in one statement; the rows that moved (a
         todo not held by this endpoint under that lease, or whose lease ran out, is left alone and not
-        returned). The first of repeated ids counts. Raises :class:`switchboard.text.Unstorable`
+        returned). The first of repeated ids counts. Raises :class:`switchboard.core.text.Unstorable`
         (nothing written) for a result no reader could parse back: lone surrogates, NaN, nesting past
         :data:`MAX_RESULT_DEPTH`."""
         given: dict[str, tuple[str, str | None]] = {}

@@ -13,9 +13,9 @@ from typing import Any
 from sqlalchemy import Row, and_, case, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from switchboard.clock import Clock, ms
+from switchboard.core.clock import Clock, ms
+from switchboard.core.ids import new_id
 from switchboard.delivery.backoff import Backoff
-from switchboard.ids import new_id
 from switchboard.store.db import Database
 from switchboard.store.schema import todos
 from switchboard.store.schema_console import todo_events

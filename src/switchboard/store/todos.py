@@ -20,9 +20,10 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from switchboard.clock import Clock, ms
+from switchboard.core.clock import Clock, ms
+from switchboard.core.ids import todo_id
+from switchboard.core.text import admit
 from switchboard.delivery.backoff import Backoff
-from switchboard.ids import todo_id
 from switchboard.store.db import Database
 from switchboard.store.leases import new_lease
 from switchboard.store.schema import LIVE_DEDUP_PREDICATE, LIVE_STATUSES, PENDING_PREDICATE, todos
@@ -33,7 +34,6 @@ from switchboard.store.todo_claims import Answer as ClaimAnswer
 from switchboard.store.todo_moves import Answer, TodoMoves, sender_gate
 from switchboard.store.todo_reads import TodoReads
 from switchboard.store.transitions import InTxHandler, Transition, TransitionHub
-from switchboard.text import admit
 
 __all__ = ["MAX_RESULT_DEPTH", "CreateResult", "NewTodo", "RetryPolicy", "TodoStore", "claim_pick"]
 
@@ -103,7 +103,7 @@ class TodoStore(TodoClaims, TodoMoves, TodoReads):
     ) -> CreateResult:
         """Insert todos in one transaction. A live todo with the same dedup key absorbs a redelivery
         silently: nothing is inserted and nothing is published for it. A payload that is not storable
-        JSON raises :class:`switchboard.text.Unstorable` before anything is written, whichever face
+        JSON raises :class:`switchboard.core.text.Unstorable` before anything is written, whichever face
         sent it. ``in_transaction`` is given the created todos in the same transaction, before the
         hub's in-transaction stage: for rows that must commit with them (an A2A task row)."""
         # A fan-out delivery hands every todo the same payload object: it is checked and encoded once.
@@ -249,7 +249,7 @@ class TodoStore(TodoClaims, TodoMoves, TodoReads):
             return (await conn.execute(stmt)).first()
 
     async def ack(self, endpoint_id: str, todo: str, lease: str, result: Any) -> Moved | None:
-        """Raises :class:`switchboard.text.Unstorable` (nothing written) for a result no reader could
+        """Raises :class:`switchboard.core.text.Unstorable` (nothing written) for a result no reader could
         parse back: lone surrogates, NaN, nesting past :data:`MAX_RESULT_DEPTH`. An :meth:`ack_many`
         of one."""
         rows = await self.ack_many(endpoint_id, [(todo, lease, result)])

@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Children, Metrics
-from switchboard.tasks import cancel_and_wait
+from switchboard.process.tasks import cancel_and_wait
 
 log = get_logger("switchboard.transitions")
 

@@ -1,7 +1,7 @@
 """Rate windows held in the database, shared by every process and instance on it (issue 18).
 
-:class:`switchboard.ratelimit.WindowLimiter` is the tree's one limiter; given a :class:`SharedWindows`
-(PostgreSQL), its :meth:`~switchboard.ratelimit.WindowLimiter.admit` takes from here instead of from
+:class:`switchboard.core.ratelimit.WindowLimiter` is the tree's one limiter; given a :class:`SharedWindows`
+(PostgreSQL), its :meth:`~switchboard.core.ratelimit.WindowLimiter.admit` takes from here instead of from
 its in-process log, so "at most ``limit`` in any ``window`` seconds" holds for the cluster: N instances
 no longer allow N times the limit, and neither do the notify worker processes of one instance.
 
@@ -92,7 +92,7 @@ _CREATE = text(
 
 
 class SharedWindows:
-    """The database side of a shared :class:`~switchboard.ratelimit.WindowLimiter` (PostgreSQL)."""
+    """The database side of a shared :class:`~switchboard.core.ratelimit.WindowLimiter` (PostgreSQL)."""
 
     def __init__(self, db: Database, *, prefix: str = "") -> None:
         """``prefix`` names the limit in the keys (``mcp:``), so limits sharing the table never mix."""

@@ -26,7 +26,9 @@ from urllib.parse import urlsplit
 from mcp.shared.auth import OAuthClientInformationFull
 from pydantic import ValidationError
 
-from switchboard.clock import Clock
+from switchboard.core.clock import Clock
+from switchboard.core.text import storable, summary
+from switchboard.core.verbs import ALL_VERBS
 from switchboard.obs.logs import get_logger
 from switchboard.push import (
     ADDRESS_REASONS,
@@ -41,8 +43,6 @@ from switchboard.push import (
     TLSFailure,
     redact_url,
 )
-from switchboard.text import storable, summary
-from switchboard.verbs import ALL_VERBS
 from switchboard.web.redirects import MAX_REDIRECT_URIS, redirect_uri_problem
 
 log = get_logger("switchboard.web.cimd")

@@ -21,7 +21,7 @@ from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, Re
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from switchboard.boundary import TooLarge, read_body
+from switchboard.edge.boundary import TooLarge, read_body
 from switchboard.web.cimd import ClientDocuments, DocumentRefused, is_document_client_id
 
 FORM_CAP = 64 * 1024  # an /authorize or /token form is a few hundred bytes

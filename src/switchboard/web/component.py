@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING
 from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
+from switchboard.core.ratelimit import WindowLimiter
 from switchboard.mcp.auth import auth_settings, mcp_resource_url, oauth_issuer_problem
 from switchboard.obs.logs import get_logger
-from switchboard.outbound import outbound_for, parse_cidrs
-from switchboard.ratelimit import WindowLimiter
+from switchboard.process.tasks import cancel_and_wait
+from switchboard.push.from_settings import outbound_for, parse_cidrs
 from switchboard.services import Services
 from switchboard.settings import Settings
 from switchboard.store.console import BACKLOG_BUCKET_SECONDS
-from switchboard.tasks import cancel_and_wait
 from switchboard.web.cimd import ClientDocuments
 from switchboard.web.cimd_gate import route_wrappers
 from switchboard.web.keys import Keys, derive_key

@@ -12,8 +12,8 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from switchboard.core.verbs import DEFAULT_GRANT, GROUPS, unknown_verbs
 from switchboard.store.accounts import QUEUE
-from switchboard.verbs import DEFAULT_GRANT, GROUPS, unknown_verbs
 
 _SPLIT = re.compile(r"[\s,]+")
 

@@ -31,11 +31,11 @@ from mcp.server.auth.provider import (
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from pydantic import ValidationError
 
+from switchboard.core.text import storable, summary
+from switchboard.core.verbs import ALL_VERBS
 from switchboard.mcp.auth import ENDPOINT_CLAIM, GRANT_CLAIM, OAUTH_CLIENT_CLAIM, VIA_CLAIM, VIA_OAUTH
 from switchboard.obs.logs import get_logger
 from switchboard.services import Services
-from switchboard.text import storable, summary
-from switchboard.verbs import ALL_VERBS
 from switchboard.web.cimd import (
     DOCUMENT_KEY_PREFIX,
     ClientDocuments,

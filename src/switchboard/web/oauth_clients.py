@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import insert, select, update
 
-from switchboard.clock import Clock, ms
+from switchboard.core.clock import Clock, ms
 from switchboard.cred import Envelope
 from switchboard.store.db import Database
 from switchboard.store.errors import Conflict

@@ -18,9 +18,9 @@ from typing import Any
 
 from sqlalchemy import delete, exists, insert, select, update
 
-from switchboard.clock import Clock, ms
+from switchboard.core.clock import Clock, ms
+from switchboard.core.ids import new_id
 from switchboard.cred import Envelope
-from switchboard.ids import new_id
 from switchboard.store import accounts
 from switchboard.store.db import Database
 from switchboard.store.schema_web import oauth_clients, oauth_codes, oauth_grants, oauth_tokens

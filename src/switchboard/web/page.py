@@ -23,8 +23,8 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from switchboard.core.ratelimit import WindowLimiter
 from switchboard.obs.logs import get_logger
-from switchboard.ratelimit import WindowLimiter
 from switchboard.services import Services
 from switchboard.settings import Settings
 from switchboard.store.errors import StoreUnavailable

@@ -15,8 +15,8 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from markupsafe import Markup, escape
 
 from switchboard import __version__
-from switchboard.text import neutralize
-from switchboard.verbs import GROUPS
+from switchboard.core.text import neutralize
+from switchboard.core.verbs import GROUPS
 
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
@@ -39,7 +39,7 @@ def when(epoch_ms: int | None, empty: str = "never") -> Markup:
 
 def shown(value: Any) -> Any:
     """Jinja ``finalize``: every ``{{ ... }}`` that yields plain text passes through the doorbell's
-    :func:`switchboard.text.neutralize` (bidi overrides, control and zero-width characters become
+    :func:`switchboard.core.text.neutralize` (bidi overrides, control and zero-width characters become
     spaces), so no template can forget it. Markup (already-rendered HTML: macros, ``<time>``) and
     non-text values pass unchanged; their text parts went through here when they were rendered."""
     if isinstance(value, str) and not isinstance(value, Markup) and not value.isprintable():

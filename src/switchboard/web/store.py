@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import delete, func, insert, select
 
-from switchboard.clock import Clock, ms
+from switchboard.core.clock import Clock, ms
 from switchboard.notify import store as hook_store
 from switchboard.store import accounts, todo_queries
 from switchboard.store import sources as source_store

@@ -33,12 +33,12 @@ from sqlalchemy import func, select
 
 from switchboard.a2a.component import A2AComponent
 from switchboard.a2a.worker import Policy
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
+from switchboard.core.verbs import A2A, DEFAULT_GRANT
 from switchboard.services import Services
 from switchboard.store.accounts import Endpoint
 from switchboard.store.schema import todos
 from switchboard.store.schema_a2a import a2a_push_outbox, push_notification_configs
-from switchboard.verbs import A2A, DEFAULT_GRANT
 from tests.support.logcapture import LogCapture
 from tests.support.mcp_client import Agent, agent
 from tests.support.receivers import HTTPSReceiver, RecordedRequest, StaticResolver, client_ssl_context

@@ -19,7 +19,7 @@ from a2a.client import ClientConfig, create_client
 from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest, SubscribeToTaskRequest
 from google.protobuf.json_format import MessageToDict
 
-from switchboard.verbs import A2A, DEFAULT_GRANT
+from switchboard.core.verbs import A2A, DEFAULT_GRANT
 from tests.integration.mcp.npm import npm_install
 from tests.reliability.procs import ServerProcess, cli, server_env, servers
 from tests.support.mcp_client import Agent, agent

@@ -11,7 +11,7 @@ import trustme
 from a2a.types.a2a_pb2 import GetTaskRequest, TaskState
 
 from switchboard.a2a.worker import Policy
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
 from tests.integration.a2a.conftest import Env, a2a_env, decode, message, push_config, send
 from tests.support.receivers import HangBeforeHeaders, HTTPSReceiver, Respond, StaticResolver
 

@@ -13,7 +13,7 @@ import h11
 import trustme
 
 from switchboard.a2a.worker import Policy
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
 from tests.integration.a2a.conftest import WORKER_VERBS as WORKER
 from tests.integration.a2a.conftest import a2a_env, decode, message, push_config, send
 from tests.support.mcp_client import agent

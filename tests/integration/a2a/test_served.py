@@ -19,7 +19,7 @@ from a2a.client import Client, ClientConfig, create_client
 from a2a.types.a2a_pb2 import GetTaskPushNotificationConfigRequest, SendMessageRequest
 
 from switchboard.a2a.views import COMPLETED
-from switchboard.verbs import A2A, DEFAULT_GRANT
+from switchboard.core.verbs import A2A, DEFAULT_GRANT
 from tests.integration.a2a.conftest import message, push_config
 from tests.integration.a2a.test_push_policy import SlowReceiver
 from tests.reliability.procs import ServerProcess, cli, server_env, servers

@@ -20,8 +20,8 @@ from a2a.utils.errors import (
 )
 from google.protobuf.json_format import MessageToDict
 
+from switchboard.core.verbs import DEFAULT_GRANT
 from switchboard.store.schema_a2a import a2a_push_outbox, a2a_task_events, a2a_tasks
-from switchboard.verbs import DEFAULT_GRANT
 from tests.integration.a2a.conftest import A2A_VERBS, Env, message, send
 from tests.support.mcp_client import agent
 from tests.support.world import gitea_delivery, make_world, pr_payload

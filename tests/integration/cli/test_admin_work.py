@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
+from switchboard.core.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from tests.reliability.procs import CliFailed, ServerProcess, cli, provision, server_env, servers
 from tests.support.mcp_client import agent
 from tests.support.server import free_port

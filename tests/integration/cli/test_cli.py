@@ -21,9 +21,9 @@ from typing import Any
 import httpx
 import pytest
 
+from switchboard.core.verbs import DEFAULT_GRANT
 from switchboard.services import build_services
 from switchboard.settings import Settings
-from switchboard.verbs import DEFAULT_GRANT
 from tests.support.server import free_port
 
 SWITCHBOARD = Path(sys.executable).parent / "switchboard"
@@ -445,7 +445,7 @@ def test_serve_runs_beside_the_cli_and_stops_cleanly_on_sigterm(
     listening = [e for e in entries if e["event"] == "switchboard listening"]
     assert len(listening) == 1
     assert listening[0]["url"] == base
-    # Listening comes first (switchboard.front), then ready once every part runs: the heap frozen then.
+    # Listening comes first (switchboard.edge.front), then ready once every part runs: the heap frozen then.
     (ready,) = [e for e in entries if e["event"] == "switchboard ready"]
     assert entries.index(listening[0]) < entries.index(ready)
     assert ready["frozen_objects"] > 10_000  # the startup heap, out of GC's way (heap.py)
@@ -462,7 +462,7 @@ def test_serve_exits_3_with_one_line_when_the_port_is_taken(tmp_path: Path) -> N
         argv = [str(SWITCHBOARD), "serve", "--listen", f"127.0.0.1:{port}", "--data", str(tmp_path)]
         done = subprocess.run(argv, capture_output=True, text=True, env=clean_env(), timeout=60)
     assert done.returncode == 3, done.stderr
-    # Refused before the server starts (switchboard.preflight): one line, naming the setting.
+    # Refused before the server starts (switchboard.process.preflight): one line, naming the setting.
     (line,) = [line for line in done.stderr.splitlines() if line.strip()]
     assert line == f"error: SWITCHBOARD_LISTEN 127.0.0.1:{port}: address already in use " + (
         "(accepted: a free HOST:PORT, via SWITCHBOARD_LISTEN or --listen)"

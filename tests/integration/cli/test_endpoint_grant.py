@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from switchboard.verbs import DEFAULT_GRANT
+from switchboard.core.verbs import DEFAULT_GRANT
 from tests.reliability.procs import CliFailed, ServerProcess, cli, provision, server_env, servers
 from tests.support.mcp_client import agent
 from tests.support.server import free_port

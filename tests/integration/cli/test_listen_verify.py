@@ -15,7 +15,7 @@ import httpx
 import trustme
 from standardwebhooks import Webhook
 
-from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
+from switchboard.core.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from tests.reliability.procs import ServerProcess, provision, server_env, servers, switchboard_command
 from tests.support.mcp_client import agent
 from tests.support.receivers import client_ssl_context

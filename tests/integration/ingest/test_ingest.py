@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
 from switchboard.store.schema import todos
 from switchboard.store.transitions import Transition
 from tests.support.server import Instance, make_settings, run_instance

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
 from tests.integration.mcp.real import RealServer, start_real_server
 from tests.support.server import Instance, make_settings, run_instance
 

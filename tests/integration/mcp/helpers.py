@@ -16,12 +16,12 @@ from mcp.client.session import IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, ResourceUpdatedNotification, TextContent
 
+from switchboard.core.verbs import DEFAULT_GRANT
 from switchboard.mcp.doorbell import META_KEY, doorbell_uri
 from switchboard.mcp.errors import ERROR_META
 from switchboard.mcp.server import McpSurface
 from switchboard.store.accounts import Endpoint
 from switchboard.store.todos import NewTodo
-from switchboard.verbs import DEFAULT_GRANT
 from tests.integration.mcp.schema_check import CheckedClient
 from tests.support.secrets import reveal
 from tests.support.server import Instance

@@ -18,7 +18,7 @@ from mcp import MCPError
 from mcp.shared.exceptions import MCPDeprecationWarning
 from sqlalchemy import event
 
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
 from switchboard.mcp.doorbell import META_KEY, queue_uri
 from switchboard.mcp.server import McpSurface
 from switchboard.queue.sweeper import Sweeper

@@ -15,7 +15,7 @@ from mcp_types import INVALID_PARAMS
 from starlette.routing import BaseRoute
 
 from switchboard.app import Component
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
 from switchboard.mcp.errors import INTERNAL_MESSAGE
 from switchboard.mcp.tools import ToolContext, ToolRegistrar, VerbError, current_endpoint
 from switchboard.services import Services

@@ -12,7 +12,7 @@ from mcp import MCPError
 from mcp_types import INVALID_PARAMS
 from sqlalchemy import func, select
 
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
 from switchboard.mcp.errors import TODO_NOT_FOUND
 from switchboard.mcp.holding import LEASE_LOST
 from switchboard.store.errors import StoreUnavailable
@@ -92,7 +92,7 @@ async def test_ungranted_verb_is_forbidden_and_hidden(inst: Instance, mode: Any)
     todo_id = await add_todo(inst, a)
     async with connect(inst, a.token, mode=mode) as client:
         names = {t.name for t in (await client.list_tools()).tools}
-        # the batch forms ride on their verbs' grants (switchboard.verbs.required_grant)
+        # the batch forms ride on their verbs' grants (switchboard.core.verbs.required_grant)
         assert names == {"claim_next", "claim_many", "ack", "ack_many", "whoami", "subscribe_doorbell"}
         code, message = await refuse(client, "claim", todo_id=todo_id)
         assert code == "forbidden" and "claim" in message
@@ -227,7 +227,7 @@ async def test_body_over_1_mib_is_413_and_stores_nothing(inst: Instance) -> None
         assert await count_todos(inst) == 1
         with pytest.raises(
             MCPError, match="capped at 1048576 bytes"
-        ):  # the boundary's 413 (switchboard.boundary)
+        ):  # the boundary's 413 (switchboard.edge.boundary)
             await client.call_tool("self_test", {"padding": "x" * (1024 * 1024)})
     assert 413 in statuses
     assert await count_todos(inst) == 1

@@ -21,8 +21,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND, TextResourceContents
 
+from switchboard.core.verbs import ALL_VERBS, DEFAULT_GRANT, NOTIFY_HOOKS, required_grant
 from switchboard.mcp.doorbell import queue_uri
-from switchboard.verbs import ALL_VERBS, DEFAULT_GRANT, NOTIFY_HOOKS, required_grant
 from tests.integration.mcp.helpers import Bell, add_todo, call, connect, vend
 from tests.support.server import Instance
 

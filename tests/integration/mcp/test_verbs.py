@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from switchboard.clock import ManualClock, ms
+from switchboard.core.clock import ManualClock, ms
 from switchboard.mcp.tools import iso
 from switchboard.queue.sweeper import Sweeper
 from tests.integration.mcp.helpers import add_todo, call, connect, refuse, sample, vend

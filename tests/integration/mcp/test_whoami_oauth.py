@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from switchboard.clock import ManualClock
-from switchboard.verbs import DEFAULT_GRANT
+from switchboard.core.clock import ManualClock
+from switchboard.core.verbs import DEFAULT_GRANT
 from tests.integration.web.helpers import Consent, human, oauth_agent
 from tests.support.mcp_client import agent
 from tests.support.server import Instance, make_settings, run_instance

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import trustme
 
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
+from switchboard.core.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from switchboard.notify.component import NotifyComponent
 from switchboard.services import Services
-from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from switchboard.web.component import WebComponent
 from tests.support.logcapture import LogCapture
 from tests.support.mcp_client import Agent, agent

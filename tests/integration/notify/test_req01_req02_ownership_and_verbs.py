@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from sqlalchemy import func, select
 
+from switchboard.core.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from switchboard.store.schema import notify_hooks
-from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from tests.integration.notify.conftest import Env
 from tests.support.mcp_client import agent
 from tests.support.world import make_world

@@ -13,7 +13,7 @@ from sqlalchemy import select
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from switchboard import __version__
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
 from switchboard.store.schema import notify_hooks
 from tests.integration.notify.conftest import Env, notify_env
 from tests.support.receivers import HangBeforeHeaders, RecordedRequest, Respond

@@ -1,5 +1,5 @@
 """The server's notify Sender keeps as many idle connections per receiver as one process runs attempts
-at once (``switchboard.outbound``): a burst to one receiver followed by another burst dials nothing new.
+at once (``switchboard.push.from_settings``): a burst to one receiver followed by another burst dials nothing new.
 With the Sender's default of 16 kept, the surplus of a 32-wide burst was closed and dialled again."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import trustme
 
-from switchboard.outbound import KEPT_SOCKETS, keepalive_per_target, notify_outbound
+from switchboard.push.from_settings import KEPT_SOCKETS, keepalive_per_target, notify_outbound
 from switchboard.services import build_services
 from tests.integration.push.support import PeerReceiver
 from tests.support.receivers import StaticResolver, client_ssl_context

@@ -1,5 +1,5 @@
 """The server's shutdown closes the outbound Senders' kept connections: the app lifespan ends with
-``Services.close()``, which runs what ``switchboard.outbound`` registered."""
+``Services.close()``, which runs what ``switchboard.push.from_settings`` registered."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import trustme
 
-from switchboard.outbound import a2a_outbound, notify_outbound
+from switchboard.push.from_settings import a2a_outbound, notify_outbound
 from switchboard.services import build_services
 from tests.integration.push.support import PeerReceiver
 from tests.support.receivers import StaticResolver, client_ssl_context

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
 from tests.support.server import Instance, make_settings, run_instance
 
 

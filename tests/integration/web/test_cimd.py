@@ -21,7 +21,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
 from switchboard.store.schema_web import oauth_clients, oauth_codes, oauth_grants
 from switchboard.store.todos import NewTodo
 from switchboard.web.cimd import MAX_DOCUMENT_BYTES

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
+from switchboard.core.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from switchboard.notify.component import NotifyComponent
 from switchboard.store.schema import notify_hooks, routes, todos
 from switchboard.store.schema_web import web_sessions
 from switchboard.store.todos import NewTodo
-from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from tests.integration.web.helpers import PASSWORD, Human, csrf_of, human
 from tests.support.server import Instance, make_settings, run_instance
 

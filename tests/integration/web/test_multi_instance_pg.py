@@ -11,9 +11,9 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
+from switchboard.core.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from switchboard.notify.component import NotifyComponent
-from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from tests.integration.web.helpers import PASSWORD, Human, ManualFlow
 from tests.support.mcp_client import agent
 from tests.support.server import make_settings, run_instance

@@ -14,8 +14,8 @@ from urllib.parse import parse_qs, urlsplit
 import httpx2
 import pytest
 
+from switchboard.core.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from switchboard.mcp.auth import authenticate_bearer
-from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from tests.integration.web.helpers import (
     REDIRECT_URI,
     Consent,

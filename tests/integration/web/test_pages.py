@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
+from switchboard.core.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from switchboard.notify.component import NotifyComponent
 from switchboard.notify.reads import HookReads
-from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from switchboard.web.component import WebComponent
 from tests.integration.web.helpers import PASSWORD, Human, ManualFlow, csrf_of, human
 from tests.support.mcp_client import agent

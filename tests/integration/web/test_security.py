@@ -13,11 +13,11 @@ import pytest
 from sqlalchemy import select
 from starlette.routing import Route
 
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
+from switchboard.core.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from switchboard.notify.component import NotifyComponent
 from switchboard.store.tables import metadata
 from switchboard.store.todos import NewTodo
-from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from switchboard.web.component import WebComponent
 from switchboard.web.page import COOKIE, Page
 from switchboard.web.security import SecureHeaders

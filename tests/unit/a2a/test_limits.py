@@ -6,7 +6,7 @@ import pytest
 
 from switchboard.a2a.gate import served_version
 from switchboard.a2a.limits import HostLimits
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
 
 
 def test_names_of_one_address_share_its_window() -> None:

@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from starlette.datastructures import Headers
 
+from switchboard.core.text import summary
 from switchboard.ingest.derive import MAX_TITLE, DerivedEvent, derive, valid_kind
 from switchboard.ingest.verify import SOURCE_KINDS
-from switchboard.text import summary
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

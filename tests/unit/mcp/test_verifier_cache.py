@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
 from switchboard.mcp.auth import VERIFIED_TTL, EndpointTokenVerifier
 from switchboard.obs.metrics import Metrics
 from switchboard.store.accounts import AccountStore

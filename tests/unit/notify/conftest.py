@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from sqlalchemy import event, select, update
 
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
+from switchboard.core.verbs import NOTIFY_HOOKS
 from switchboard.cred import Envelope
 from switchboard.notify.store import Hook, HookStore
 from switchboard.obs.metrics import Metrics
@@ -20,7 +21,6 @@ from switchboard.store.accounts import AccountStore, Endpoint
 from switchboard.store.db import Database
 from switchboard.store.direct_writes import PreparedWrite
 from switchboard.store.schema import endpoints, notify_hooks
-from switchboard.verbs import NOTIFY_HOOKS
 
 
 @dataclass

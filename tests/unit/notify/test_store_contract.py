@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from switchboard.clock import ms
+from switchboard.core.clock import ms
 from switchboard.notify.reads import HookReads
 from switchboard.notify.store import (
     DISABLE_AFTER,

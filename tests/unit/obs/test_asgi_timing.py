@@ -10,7 +10,7 @@ import httpx
 import pytest
 from starlette.types import Receive, Scope, Send
 
-from switchboard.boundary import JsonBoundary, jsonrpc_error
+from switchboard.edge.boundary import JsonBoundary, jsonrpc_error
 from switchboard.obs import asgi as asgi_module
 from switchboard.obs.asgi import MAX_PARSED, McpTiming, labels_of
 from switchboard.obs.metrics import Metrics

@@ -12,7 +12,7 @@ import pytest
 from switchboard.notify.droplog import DropLog
 from switchboard.operator.coalesce import Coalescer
 from switchboard.operator.sink import MAX_PENDING, PendingEvents, replay
-from switchboard.preflight import ConfigError, load_settings
+from switchboard.process.preflight import ConfigError, load_settings
 from switchboard.push import mint_secret
 from switchboard.settings import Settings
 

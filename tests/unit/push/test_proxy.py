@@ -7,7 +7,7 @@ import base64
 
 import pytest
 
-from switchboard.preflight import ConfigError, load_settings
+from switchboard.process.preflight import ConfigError, load_settings
 from switchboard.push import OutboundProxy, parse_proxy_url
 from switchboard.push._proxy import ProxyError, authority, open_tunnel
 from switchboard.settings import Settings

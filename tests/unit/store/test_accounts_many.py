@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlalchemy import event
 
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
 from switchboard.store.accounts import AccountStore
 from switchboard.store.db import Database
 

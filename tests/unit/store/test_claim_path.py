@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 from sqlalchemy import event, func, select
 
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
+from switchboard.core.text import Unstorable
 from switchboard.mcp.batch import Answer
 from switchboard.store.accounts import AccountStore
 from switchboard.store.db import Database
@@ -30,7 +31,6 @@ from switchboard.store.schema_console import todo_events
 from switchboard.store.todo_claim_sql import _CLAIM_PG
 from switchboard.store.todos import NewTodo, TodoStore
 from switchboard.store.transitions import Transition, TransitionHub
-from switchboard.text import Unstorable
 
 
 class Sent:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
 from switchboard.store.accounts import AccountStore
 from switchboard.store.db import Database
 from switchboard.store.todo_claim_sql import _ACK_ALONE_PG, _ACK_PG, _CLAIM_ALONE_PG, _CLAIM_PG

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sqlalchemy import text
 
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
 from switchboard.obs.metrics import Metrics
 from switchboard.store.accounts import AccountStore
 from switchboard.store.admin import AdminStore

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, func, insert, select, text
 
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
 from switchboard.store.accounts import AccountStore
 from switchboard.store.db import Database
 from switchboard.store.errors import StoreUnavailable

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, insert, select, text
 
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
 from switchboard.obs.metrics import Metrics
 from switchboard.queue.retention import HEADROOM, PAUSE_MIN, Pace, RetentionPolicy, RetentionSweeper
 from switchboard.store.accounts import AccountStore

@@ -20,7 +20,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from switchboard.a2a.tasks import A2A_SOURCE, may_be_task
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
 from switchboard.store.accounts import AccountStore
 from switchboard.store.db import Database
 from switchboard.store.errors import Conflict, StoreUnavailable

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from switchboard.a2a.outbox import OutboxStore
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
 from switchboard.queue.sweeper import Sweeper
 from switchboard.store.accounts import AccountStore
 from switchboard.store.db import Database

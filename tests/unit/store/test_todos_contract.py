@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from switchboard.clock import ManualClock
+from switchboard.core.clock import ManualClock
 from switchboard.store.db import Database
 from switchboard.store.schema import todos
 from switchboard.store.todos import NewTodo, RetryPolicy, TodoStore

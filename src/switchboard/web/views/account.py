@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from starlette.responses import Response
 
-from switchboard.audit import audit
 from switchboard.manage import deletes
+from switchboard.obs.audit import audit
 from switchboard.store.admin import PASSWORD_MIN
 from switchboard.store.errors import Conflict
 from switchboard.store.errors import NotFound as StoreNotFound

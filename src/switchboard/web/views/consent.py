@@ -12,9 +12,9 @@ from typing import Any
 
 from starlette.responses import RedirectResponse, Response
 
+from switchboard.core.verbs import ALL_VERBS, DEFAULT_GRANT
 from switchboard.store.accounts import Endpoint
 from switchboard.store.errors import Conflict
-from switchboard.verbs import ALL_VERBS, DEFAULT_GRANT
 from switchboard.web.cimd import document_host
 from switchboard.web.errors import BadRequest, NotFound
 from switchboard.web.grants import grant_groups, parse_queues, parse_verbs

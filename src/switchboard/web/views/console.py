@@ -14,9 +14,9 @@ from urllib.parse import urlencode
 
 from starlette.responses import Response
 
-from switchboard.audit import audit
-from switchboard.clock import ms
-from switchboard.ids import looks_like
+from switchboard.core.clock import ms
+from switchboard.core.ids import looks_like
+from switchboard.obs.audit import audit
 from switchboard.store.console import AGES, STATES, TodoFilter
 from switchboard.store.todos import REQUEUEABLE
 from switchboard.web.errors import BadRequest, NotFound

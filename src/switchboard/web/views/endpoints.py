@@ -12,14 +12,14 @@ from starlette.responses import Response
 
 from switchboard.a2a.component import A2AComponent
 from switchboard.a2a.configs import PUSH_VERB
-from switchboard.audit import audit
+from switchboard.core.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from switchboard.manage import deletes
 from switchboard.notify.component import NotifyComponent
 from switchboard.notify.errors import HookNotFound, InvalidHook
 from switchboard.notify.process import WorkerUnavailable
+from switchboard.obs.audit import audit
 from switchboard.store.accounts import SLUG, Endpoint
 from switchboard.store.errors import Conflict
-from switchboard.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from switchboard.web.errors import BadRequest, NotFound
 from switchboard.web.grants import grant_groups, parse_queues, parse_verbs
 from switchboard.web.page import Visit

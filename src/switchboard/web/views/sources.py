@@ -9,9 +9,9 @@ from typing import Any
 
 from starlette.responses import Response
 
-from switchboard.audit import audit
 from switchboard.manage import deletes
 from switchboard.manage import sources as manage
+from switchboard.obs.audit import audit
 from switchboard.store.accounts import SLUG
 from switchboard.store.errors import Conflict
 from switchboard.store.errors import NotFound as StoreNotFound

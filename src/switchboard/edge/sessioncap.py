@@ -18,7 +18,7 @@ as (``SWITCHBOARD_ENDPOINTS_PER_HUMAN`` bounds how many a human holds):
 It runs inside the SDK's authentication (``build_mcp`` wraps the ``/mcp`` route with it) and keys on
 the endpoint id of the verified token in ``scope["user"]``, never on the ``Authorization`` text: another
 spelling of ``Bearer``, another OAuth token of the same endpoint, or a second header (refused before
-anything, ``switchboard.authorization``) is the same endpoint. A request that did not authenticate
+anything, ``switchboard.edge.authorization``) is the same endpoint. A request that did not authenticate
 passes through uncounted (the SDK answers 401). A session the SDK already dropped (idle timeout) is
 forgotten when its turn to be closed comes.
 """
@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from switchboard.boundary import PARSED_BODY
-from switchboard.conn import Coalesced
+from switchboard.edge.boundary import PARSED_BODY
+from switchboard.edge.conn import Coalesced
 from switchboard.obs.logs import get_logger
 
 log = get_logger("switchboard.mcp.limits")

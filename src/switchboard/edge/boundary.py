@@ -4,7 +4,7 @@ The MCP and A2A SDKs and the OAuth registration route parse request bodies thems
 authentication for some and with their own limits: a body nested a thousand levels deep became a 500 on
 /a2a, invalid UTF-8 an error quoting the codec, NaN passed into tool arguments, a lone surrogate reached
 the store. This layer reads each POST body once, capped at ``max_body_bytes``, and refuses with a 4xx
-and a fixed message whatever :func:`switchboard.text.loads_strict` refuses, before any authentication
+and a fixed message whatever :func:`switchboard.core.text.loads_strict` refuses, before any authentication
 or SDK code runs. What passes is replayed to the app byte for byte.
 """
 
@@ -17,7 +17,7 @@ from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from switchboard.text import Unstorable, loads_strict
+from switchboard.core.text import Unstorable, loads_strict
 
 # The scope key under which a POST body this layer parsed is handed on (as loads_strict returned it), so
 # a layer behind it that looks into the body (obs.asgi.McpTiming) does not read and parse it again.

@@ -27,7 +27,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from switchboard.boundary import BASELINE_HEADERS
+from switchboard.edge.boundary import BASELINE_HEADERS
 
 STARTING = "starting"  # /readyz's reason while the full app is loading
 

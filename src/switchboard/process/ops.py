@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from switchboard.preflight import sqlite_path as sqlite_path  # re-exported: `backup` reads it here
+from switchboard.process.preflight import sqlite_path as sqlite_path  # re-exported: `backup` reads it here
 from switchboard.settings import Settings
 from switchboard.store.db import (
     Database,
@@ -96,7 +96,7 @@ def backup_sqlite(source: Path, dest_dir: Path, key_file: Path | None) -> dict[s
     return out
 
 
-# -- serve's preflight (the rest is in switchboard.preflight) --------------------------------------------
+# -- serve's preflight (the rest is in switchboard.process.preflight) --------------------------------------------
 
 
 async def check_schema(settings: Settings, url: str) -> None:

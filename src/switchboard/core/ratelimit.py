@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from switchboard.clock import Clock
+from switchboard.core.clock import Clock
 
 
 class SharedWindow(Protocol):

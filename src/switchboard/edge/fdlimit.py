@@ -12,7 +12,7 @@ from __future__ import annotations
 import resource
 from dataclasses import dataclass
 
-from switchboard.conn import HARD_FACTOR
+from switchboard.edge.conn import HARD_FACTOR
 
 # Descriptors beside the client connections: database connections, worker pipes, log files, outbound
 # HTTPS to receivers from the server process (the worker processes inherit the same limit).
