@@ -997,6 +997,9 @@ def _s4(r: dict[str, Any]) -> list[str]:
     return out
 
 
+PROFILE_ROWS = 8  # rows per profile table on the page; results.json keeps them all
+
+
 def _s5(r: dict[str, Any]) -> list[str]:
     if "by_component" not in r:
         return ["### 5. Profile", "", f"No profile: {r.get('error')}", ""]
@@ -1018,8 +1021,8 @@ def _s5(r: dict[str, Any]) -> list[str]:
         ["component", "s", "share"],
         [
             [c["component"], fmt(c["seconds"], 2), f"{c['share'] * 100:.1f}%"]
-            for c in r["by_component"]
-            if c["share"] >= 0.005
+            for c in r["by_component"][:PROFILE_ROWS]
+            if c["share"] >= 0.01
         ],
     )
     out += ["Top functions by self time:", ""]
@@ -1027,12 +1030,13 @@ def _s5(r: dict[str, Any]) -> list[str]:
         ["function", "where", "share"],
         [
             [f"`{c['function']}`", f"`{c['where']}`", f"{c['share'] * 100:.1f}%"]
-            for c in r["top_functions"][:15]
+            for c in r["top_functions"][:PROFILE_ROWS]
         ],
     )
     out += ["On-loop time inside Switchboard entry points (inclusive, synchronous parts only):", ""]
     out += _table(
-        ["entry point", "share"], [[c["entry"], f"{c['share'] * 100:.1f}%"] for c in r["entry_points"]]
+        ["entry point", "share"],
+        [[c["entry"], f"{c['share'] * 100:.1f}%"] for c in r["entry_points"] if c["share"] > 0],
     )
     srv = r.get("server_process", {})
     if "by_component" in srv:
@@ -1043,30 +1047,17 @@ def _s5(r: dict[str, Any]) -> list[str]:
         ]
         out += _table(
             ["component", "share"],
-            [[c["component"], f"{c['share'] * 100:.1f}%"] for c in srv["by_component"] if c["share"] >= 0.01],
+            [
+                [c["component"], f"{c['share'] * 100:.1f}%"]
+                for c in srv["by_component"][:PROFILE_ROWS]
+                if c["share"] >= 0.01
+            ],
         )
         out += _table(
             ["entry point", "share"],
             [[c["entry"], f"{c['share'] * 100:.1f}%"] for c in srv["entry_points"] if c["share"] > 0],
         )
-    iso = r.get("isolation_closed", {})
-    if "by_component" in iso:
-        d = iso["dispatcher"]
-        out += [
-            f"Scenario 1, closed-ports variant, the server process profiled for {iso['sampled_seconds']:.1f} s: "
-            "server and worker CPU "
-            f"{iso['server_cpu_cores']:.2f} cores, ingest p50 {_ms(iso['ingest']['p50'])} ms / p99 "
-            f"{_ms(iso['ingest']['p99'])} ms under the profiler; {fmt(d['attempts'].get('network', 0), 0)} failed "
-            "attempts meanwhile. Self time by component, then the entry points:",
-            "",
-        ]
-        out += _table(
-            ["component", "share"],
-            [[c["component"], f"{c['share'] * 100:.1f}%"] for c in iso["by_component"] if c["share"] >= 0.01],
-        )
-        out += _table(
-            ["entry point", "share"], [[c["entry"], f"{c['share'] * 100:.1f}%"] for c in iso["entry_points"]]
-        )
+    # the closed-ports variant's profile stays in results.json: the page keeps one screen per scenario
     return out
 
 

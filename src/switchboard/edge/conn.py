@@ -21,7 +21,7 @@ protocol class (passed as ``uvicorn.Config(http=...)``, its public hook) and add
 It speaks only the public ``asyncio.Protocol`` interface to both sides. uvicorn's protocol is given the
 real transport: holding a response's head until its body (one write instead of two) delayed heads by a
 loop turn and pushed ingest's p99 with dead hooks to 1.18-1.19x of no hooks (REQ-7's limit is 1.10x;
-0.94x without it), for no claim throughput the benchmark could measure (docs/benchmarks.md, eighth round).
+0.94x without it), for no claim throughput the benchmark could measure (docs/benchmarks.md in git history, eighth round).
 """
 
 from __future__ import annotations
