@@ -96,7 +96,7 @@ def oversized(root: Path, packages: tuple[str, ...]) -> dict[str, int]:
 
 
 def test_one_limiter_in_the_tree() -> None:
-    assert limiter_classes(PACKAGE) == {"ratelimit.py:WindowLimiter"}
+    assert limiter_classes(PACKAGE) == {"core/ratelimit.py:WindowLimiter"}
     assert refill_arithmetic(PACKAGE) == set()
 
 
