@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import random
 import time
 from dataclasses import dataclass, field
 
@@ -19,7 +18,7 @@ from switchboard.core.clock import Clock, ms
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
 from switchboard.process.tasks import cancel_and_wait
-from switchboard.store.errors import StoreUnavailable
+from switchboard.queue.periodic import every
 from switchboard.store.todo_retention import Pruned, TodoRetention
 
 log = get_logger("switchboard.retention")
@@ -158,12 +157,4 @@ class RetentionSweeper:
         self._task = None
 
     async def _run(self) -> None:
-        while True:
-            try:
-                await self.sweep_once()
-            except StoreUnavailable:
-                log.warning("retention sweep skipped: database unavailable")
-            except Exception:
-                log.error("retention sweep failed", exc_info=True)
-            # Jitter keeps several instances from sweeping in lockstep.
-            await asyncio.sleep(self.policy.interval_seconds * random.uniform(0.8, 1.2))
+        await every(self.policy.interval_seconds, self.sweep_once, what="retention sweep", log=log)

@@ -4,12 +4,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import random
 
 from switchboard.obs.logs import get_logger
 from switchboard.process.tasks import cancel_and_wait
-from switchboard.store.errors import StoreUnavailable
+from switchboard.queue.periodic import every
 from switchboard.store.todos import TodoStore
 
 log = get_logger("switchboard.sweeper")
@@ -42,15 +40,4 @@ class Sweeper:
         self._task = None
 
     async def _run(self) -> None:
-        while True:
-            try:
-                await self.sweep_once()
-            except StoreUnavailable:
-                log.warning("sweep skipped: database unavailable")
-            except Exception:
-                log.error("sweep failed", exc_info=True)
-            # Jitter keeps several instances from sweeping in lockstep.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.interval * random.uniform(0.8, 1.2)):
-                    await self._wake.wait()
-            self._wake.clear()
+        await every(self.interval, self.sweep_once, what="sweep", log=log, wake=self._wake)
