@@ -216,7 +216,8 @@ def _profiler(pid: int, out: Path) -> WindowHook:
         if phase != os.environ.get("FLOOR_PROFILE_PHASE", "whoami"):
             return
         cmd = [spy, "record", "-p", str(pid), "-d", str(max(1, int(seconds))), "-r", "250", "-o", str(out)]
-        cmd += ["-f", "speedscope"] if out.suffix == ".json" else ["-f", "flamegraph"]
+        formats = {".json": "speedscope", ".txt": "raw"}  # raw: collapsed stacks, one per line
+        cmd += ["-f", formats.get(out.suffix, "flamegraph")]
         subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # ends by itself
 
     return hook
@@ -257,7 +258,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.floor", description=__doc__)
     parser.add_argument("--seconds", type=float, default=SECONDS)
     parser.add_argument("--out", default="", help="results folder (default bench/results/floor-<timestamp>)")
-    parser.add_argument("--profile", default="", help="py-spy output for the whoami window (.svg or .json)")
+    parser.add_argument("--profile", default="", help="py-spy output for the whoami window (.svg, .json or .txt)")
     args = parser.parse_args(argv)
     root = Path(
         args.out or Path(__file__).resolve().parent / "results" / time.strftime("floor-%Y%m%d-%H%M%S")

@@ -27,6 +27,8 @@ import json
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from switchboard.edge.answers import send_json
+
 HEADER = b"authorization"
 SCHEME = b"bearer"
 CANONICAL = b"Bearer "
@@ -91,16 +93,9 @@ class OneAuthorization:
 
 
 async def _refuse(send: Send) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 400,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(DUPLICATE_BODY)).encode()),
-                (b"www-authenticate", b'Bearer realm="switchboard", error="invalid_request"'),
-                (b"cache-control", b"no-store"),
-            ],
-        }
+    await send_json(
+        send,
+        400,
+        DUPLICATE_BODY,
+        [(b"www-authenticate", b'Bearer realm="switchboard", error="invalid_request"')],
     )
-    await send({"type": "http.response.body", "body": DUPLICATE_BODY})

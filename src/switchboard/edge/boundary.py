@@ -18,6 +18,7 @@ from urllib.parse import parse_qsl
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from switchboard.core.text import Unstorable, loads_strict
+from switchboard.edge.answers import replaying, send_json
 
 # The scope key under which a POST body this layer parsed is handed on (as loads_strict returned it), so
 # a layer behind it that looks into the body (obs.asgi.McpTiming) does not read and parse it again.
@@ -68,16 +69,7 @@ class JsonBoundary:
             await _answer(send, 400, shape(JSONRPC_PARSE_ERROR, f"parse error: {exc}"))
             return
         scope[PARSED_BODY] = parsed
-        sent = False
-
-        async def replay() -> Message:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, receive), send)
 
 
 async def read_body(scope: Scope, receive: Receive, cap: int) -> bytes | None:
@@ -101,20 +93,7 @@ async def read_body(scope: Scope, receive: Receive, cap: int) -> bytes | None:
 
 
 async def _answer(send: Send, status: int, body: dict[str, Any]) -> None:
-    payload = json.dumps(body).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(payload)).encode()),
-                (b"x-content-type-options", b"nosniff"),
-                (b"cache-control", b"no-store"),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})
+    await send_json(send, status, json.dumps(body).encode())
 
 
 REVOCATION_BODY_CAP = 64 * 1024
@@ -148,16 +127,7 @@ class RevocationForm:
             body = body + (b"&" if body else b"") + b"client_secret="
         headers = [(k, v) for k, v in scope.get("headers", ()) if k != b"content-length"]
         headers.append((b"content-length", str(len(body)).encode()))
-        sent = False
-
-        async def replay() -> Message:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app({**scope, "headers": headers}, replay, send)
+        await self.app({**scope, "headers": headers}, replaying(body, receive), send)
 
 
 # For responses that no UI route dressed (JSON APIs, the SDKs' own 404 and 405 pages): they are never

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from switchboard.edge.answers import send_json
 from switchboard.edge.boundary import PARSED_BODY
 from switchboard.edge.conn import Coalesced
 from switchboard.obs.logs import get_logger
@@ -250,15 +251,4 @@ class SessionCap:
 
 
 async def _busy(send: Send) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 429,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(BUSY_BODY)).encode()),
-                (b"retry-after", b"1"),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": BUSY_BODY})
+    await send_json(send, 429, BUSY_BODY, [(b"retry-after", b"1")])

@@ -186,26 +186,6 @@ class McpSurface:
     tools: ToolContext
     verifier: EndpointTokenVerifier
 
-    def add_tool(
-        self,
-        fn: Callable[..., Any],
-        *,
-        name: str,
-        grant_required: bool = True,
-        title: str | None = None,
-        description: str | None = None,
-        annotations: ToolAnnotations | None = None,
-    ) -> None:
-        """Add a verb after build (see :mod:`switchboard.mcp.tools` for the registrar form)."""
-        self.tools.add_tool(
-            fn,
-            name=name,
-            grant_required=grant_required,
-            title=title,
-            description=description,
-            annotations=annotations,
-        )
-
     @asynccontextmanager
     async def run(self) -> AsyncIterator[None]:
         """The session manager (it owns every MCP connection) and the doorbell heartbeat."""

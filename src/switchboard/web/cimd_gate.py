@@ -19,8 +19,9 @@ from mcp.server.auth.handlers.metadata import MetadataHandler
 from mcp.server.auth.routes import build_metadata, cors_middleware
 from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, RevocationOptions
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from switchboard.edge.answers import replaying
 from switchboard.edge.boundary import TooLarge, read_body
 from switchboard.web.cimd import ClientDocuments, DocumentRefused, is_document_client_id
 
@@ -75,20 +76,7 @@ class DocumentClientGate:
                 cors = {} if self.authorize else {"Access-Control-Allow-Origin": "*"}
                 await _refuse(scope, receive, send, status, err.error, err.description, cors)
                 return
-        await self.app(scope, _replay(body, receive) if method == "POST" else receive, send)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
+        await self.app(scope, replaying(body, receive) if method == "POST" else receive, send)
 
 
 async def _refuse(
