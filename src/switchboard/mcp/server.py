@@ -18,6 +18,7 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, CallToolResult, Icon, InputRequiredResult, ToolAnnotations
+from opentelemetry import trace
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -204,6 +205,12 @@ def call_limit(services: Services) -> WindowLimiter:
     return WindowLimiter(services.clock, limit, 60.0, shared=shared, lease=LEASE_SECONDS)
 
 
+def tracing_installed() -> bool:
+    """Whether an OpenTelemetry tracer provider was installed before the server was built (as
+    ``opentelemetry-instrument`` does): only then do the SDK's MCP spans go anywhere."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
 def build_mcp(services: Services, *, extra_tools: Sequence[ToolRegistrar] = ()) -> McpSurface:
     """The MCP surface for one instance. Extra verbs come from ``extra_tools``: ``create_app`` passes
     every component's registrars (``Component.mcp_tools``)."""
@@ -232,6 +239,11 @@ def build_mcp(services: Services, *, extra_tools: Sequence[ToolRegistrar] = ()) 
     ]
     for register in registrars:
         register(server, tools)
+    if not tracing_installed():
+        # The SDK's list starts with its OpenTelemetry span middleware: a no-op until a tracer provider
+        # is installed, yet about 4% of a call's CPU (issue 30). The SDK documents dropping it from the
+        # list to opt out; tests/unit/mcp/test_tracing.py checks it is the first entry and the only span.
+        del server.middleware[0]
     server.middleware.append(
         Gate(
             tools,
