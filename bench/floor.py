@@ -258,7 +258,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.floor", description=__doc__)
     parser.add_argument("--seconds", type=float, default=SECONDS)
     parser.add_argument("--out", default="", help="results folder (default bench/results/floor-<timestamp>)")
-    parser.add_argument("--profile", default="", help="py-spy output for the whoami window (.svg, .json or .txt)")
+    parser.add_argument(
+        "--profile", default="", help="py-spy output for the whoami window (.svg, .json or .txt)"
+    )
     args = parser.parse_args(argv)
     root = Path(
         args.out or Path(__file__).resolve().parent / "results" / time.strftime("floor-%Y%m%d-%H%M%S")

@@ -44,6 +44,7 @@ import asyncio
 import contextlib
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -224,10 +225,10 @@ async def _sqlite(b: Bench, todos: int) -> dict[str, Any]:
     server.patches = [p for p in os.environ.get("BENCH_S4_PATCHES", "").split(",") if p]
     world = await build_world(
         server.settings,
-        endpoints=3 * ENDPOINTS,  # one set per era, and one for the warm-up
+        endpoints=4 * ENDPOINTS,  # one set per era, one for the warm-up, one for the reference consumer
         queues=QUEUES,
         own_sources=False,
-        fanout_groups=[list(range(g * ENDPOINTS, (g + 1) * ENDPOINTS)) for g in range(3)],
+        fanout_groups=[list(range(g * ENDPOINTS, (g + 1) * ENDPOINTS)) for g in range(4)],
         owners="one",  # a source routes only to its own human's endpoints
     )
     variants: dict[str, Any] = {}
@@ -235,7 +236,76 @@ async def _sqlite(b: Bench, todos: int) -> dict[str, Any]:
         await _sqlite_variant(b, server, world, 2, WARMUP_TODOS, ERA)  # not measured, as on PostgreSQL
         for group, (name, era) in enumerate((("one", ERA), ("one_legacy", LEGACY_ERA))):
             variants[name] = await _sqlite_variant(b, server, world, group, todos, era)
+        variants["reference"] = await _reference(b, server, world, 3, todos)
     return {**variants["one"], "variants": variants}
+
+
+REFERENCE = Path(__file__).resolve().parent.parent / "examples" / "mcp_consumer.py"
+
+
+async def _reference(b: Bench, server: ServerProc, world: World, group: int, todos: int) -> dict[str, Any]:
+    """The reference consumer (examples/mcp_consumer.py, the official SDK's client) as an agent runs it:
+    one process per endpoint, claim_next carrying the previous ack, until a claim finds nothing. Its
+    CPU and wall time less one ``--help`` run's (the interpreter's start and the imports), per todo."""
+    endpoints = world.endpoints[group * ENDPOINTS : (group + 1) * ENDPOINTS]
+    info: dict[str, Any] = {"name": "sqlite, reference consumer"}
+    b.progress.phase("s4 claim: SQLite load for the reference consumer", 5)
+    loaded = await _preload(b, server, world.fanout_sources[group], todos, info)
+    before = _reaped_cpu()
+    start_wall = await _run_child([sys.executable, str(REFERENCE), "--help"], {})
+    start_cpu = _reaped_cpu() - before
+    b.progress.phase("s4 claim: SQLite, the reference consumer on the official SDK", MAX_SECONDS)
+    meter = CpuMeter({"server": server.pids()})
+    meter.start()
+    url = f"{server.base_url}/mcp"
+    before = _reaped_cpu()
+    runs = [
+        _run_child(
+            [sys.executable, str(REFERENCE), "--url", url, "--wait", "0", "--idle-exit"],
+            {"SWITCHBOARD_TOKEN": ep.token},
+        )
+        for ep in endpoints
+    ]
+    walls = await asyncio.gather(*runs)
+    client_cpu = _reaped_cpu() - before - len(walls) * start_cpu
+    cpu = meter.stop()
+    db = sqlite_rows(server.settings["data_dir"], _db_check(endpoints))[0]
+    done = int(db[1] or 0)
+    wall = max(walls) - start_wall
+    info.pop("name")
+    return {
+        "instances": 1,
+        "agents": len(endpoints),
+        "loaded": loaded,
+        "completed": done,
+        "elapsed": wall,
+        "todos_per_second": done / wall if wall > 0 else 0.0,
+        "client_cpu_ms_per_todo": 1000 * client_cpu / max(done, 1),
+        "start_cpu_s": start_cpu,
+        "db_attempt_gt_1": int(db[2] or 0),
+        "db_still_claimed": int(db[3] or 0),
+        "cpu": cpu,
+        **info,
+    }
+
+
+def _reaped_cpu() -> float:
+    """CPU seconds (user + system) of this process's children that have ended and been waited for."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+async def _run_child(cmd: list[str], env: dict[str, str]) -> float:
+    """Run one child process to its end; its wall seconds."""
+    t0 = time.monotonic()
+    proc = await asyncio.create_subprocess_exec(
+        *cmd, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    _, err = await proc.communicate()
+    wall = time.monotonic() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{Path(cmd[1]).name} exited {proc.returncode}: {err.decode()[-400:]}")
+    return wall
 
 
 async def _sqlite_variant(
