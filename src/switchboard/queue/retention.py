@@ -35,6 +35,7 @@ PAUSE_RATIO = 9.0
 HEADROOM = 1.5  # the sweep deletes at least this many rows per row finishing now
 MAX_BATCH_FACTOR = 8  # a batch grows to at most this many times SWITCHBOARD_RETENTION_BATCH (and 5,000)
 RATE_WINDOW = (10.0, 60.0)  # seconds of finished todos the rate is measured over (the interval, clamped)
+LAG_BOOST = 2.0  # a sweep behind the cutoff asks for at most this many times the finishing rate more
 REMEASURE = 5.0  # seconds: a long pass measures the rate again this often
 VACUUM_STEPS = 2048  # incremental_vacuum steps per sweep at most (of store.todo_retention.VACUUM_PAGES)
 
@@ -95,7 +96,7 @@ class RetentionSweeper:
         measured = -math.inf
         while True:
             if time.monotonic() - measured >= REMEASURE:
-                self.pace.need = await self._finishing_rate()
+                self.pace.need = await self.need(cutoff)
                 measured = time.monotonic()
             t0 = time.monotonic()
             batch = self.pace.batch
@@ -125,6 +126,18 @@ class RetentionSweeper:
                 took_ms=round((time.monotonic() - started) * 1000),
             )
         return totals
+
+    async def need(self, cutoff_ms: int) -> float:
+        """Rows per second this pass must delete: the rate todos finish now, and more while the sweep
+        is behind. ``lag`` is how far the oldest terminal todo kept lies past the cutoff; the rows in it
+        (about the rate times the lag) should be gone within one interval, or a sweep that merely
+        matched the finishing rate would keep a backlog for ever (the 1M soak on SQLite did: each pass
+        deleted what finished during it and the kept history grew). The boost is a multiple of the
+        finishing rate, at most ``LAG_BOOST``: an old backlog under a light load still drains gently."""
+        rate = await self._finishing_rate()
+        oldest = await self.store.oldest_terminal_ms()
+        lag = 0.0 if oldest is None else max(0, cutoff_ms - oldest) / 1000
+        return rate * (1 + min(lag / max(self.policy.interval_seconds, 1.0), LAG_BOOST))
 
     async def _finishing_rate(self) -> float:
         """Todos finished per second over the last window, on every instance of the database."""

@@ -14,7 +14,14 @@ from sqlalchemy import func, insert, select, text
 
 from switchboard.core.clock import ManualClock
 from switchboard.obs.metrics import Metrics
-from switchboard.queue.retention import HEADROOM, PAUSE_MIN, Pace, RetentionPolicy, RetentionSweeper
+from switchboard.queue.retention import (
+    HEADROOM,
+    LAG_BOOST,
+    PAUSE_MIN,
+    Pace,
+    RetentionPolicy,
+    RetentionSweeper,
+)
 from switchboard.store.accounts import AccountStore
 from switchboard.store.db import Database
 from switchboard.store.schema import todos
@@ -214,6 +221,20 @@ async def test_the_finishing_rate_counts_terminal_todos_since_a_time(database: D
     await seed(database, ep, "done", NOW_MS - 60_000, n=4)  # before the window
     await seed(database, ep, "pending", NOW_MS - 1_000, n=6)  # not finished
     assert await TodoRetention(database).finished_since(NOW_MS - 10_000) == 5
+
+
+async def test_a_sweep_behind_the_cutoff_asks_for_more_than_the_finishing_rate(database: Database) -> None:
+    ep = await endpoint(database)
+    await seed(database, ep, "done", NOW_MS - 5_000, n=30)  # 30 finished in the window (the interval)
+    clock = ManualClock(NOW_MS / 1000)
+    policy = RetentionPolicy(retention_seconds=60.0, interval_seconds=15.0, batch=100)
+    sweeper = RetentionSweeper(TodoRetention(database), Metrics(), clock, policy)
+    cutoff = NOW_MS - 60_000
+    assert await sweeper.need(cutoff) == pytest.approx(2.0)  # nothing past the cutoff: 30 in 15 s
+    await seed(database, ep, "done", cutoff - 30_000, n=1)  # the oldest kept, 30 s past the cutoff
+    assert await sweeper.need(cutoff) == pytest.approx(2.0 * (1 + LAG_BOOST))  # 30 s is 2 intervals
+    await seed(database, ep, "done", cutoff - 7 * DAY_MS, n=1)  # an old backlog: the boost is capped
+    assert await sweeper.need(cutoff) == pytest.approx(2.0 * (1 + LAG_BOOST))
 
 
 def test_a_backlog_drains_gently_when_little_is_finishing() -> None:
