@@ -54,8 +54,8 @@ async def run(b: Bench) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for backend in _chosen():
         results[backend] = await _one(b, backend)
-    if not b.quick and len(results) == len(COUNTS) and all("skipped" not in r for r in results.values()):
-        write_docs(results)
+    if not b.quick and all("skipped" not in r for r in results.values()):
+        write_docs(results)  # the backends that ran (BENCH_SOAK_ONLY picks one); the table says which
     return results
 
 
