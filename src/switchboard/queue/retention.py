@@ -36,6 +36,7 @@ HEADROOM = 1.5  # the sweep deletes at least this many rows per row finishing no
 MAX_BATCH_FACTOR = 8  # a batch grows to at most this many times SWITCHBOARD_RETENTION_BATCH (and 5,000)
 RATE_WINDOW = (10.0, 60.0)  # seconds of finished todos the rate is measured over (the interval, clamped)
 LAG_BOOST = 2.0  # a sweep behind the cutoff asks for at most this many times the finishing rate more
+MAX_PASS = 60.0  # seconds: a longer pass ends (its log line, space returned, gauge) and the next begins
 REMEASURE = 5.0  # seconds: a long pass measures the rate again this often
 VACUUM_STEPS = 2048  # incremental_vacuum steps per sweep at most (of store.todo_retention.VACUUM_PAGES)
 
@@ -88,44 +89,62 @@ class RetentionSweeper:
         self.pace = Pace(policy.batch)
 
     async def sweep_once(self) -> dict[str, int]:
-        """One pass: batches until none is full (or another instance holds the batch lock); then the
-        free pages back to a SQLite file, and the oldest-kept gauge. Returns the rows deleted per table."""
-        started = time.monotonic()
-        cutoff = ms(self.clock.now() - self.policy.retention_seconds)
+        """Passes until one catches up: each deletes batches until one is not full (or another
+        instance holds the batch lock, or ``MAX_PASS`` seconds have gone), then gives the free pages
+        back to a SQLite file and sets the oldest-kept gauge. Returns the rows deleted per table."""
         totals = dict.fromkeys(self._counters, 0)
+        while True:
+            caught_up = await self._pass(totals)
+            if caught_up:
+                return totals
+
+    async def _pass(self, totals: dict[str, int]) -> bool:
+        """One pass; False when it ended on ``MAX_PASS`` with more due (the next starts at once)."""
+        started = time.monotonic()
+        deleted = dict.fromkeys(self._counters, 0)
         measured = -math.inf
+        caught_up = False
         while True:
             if time.monotonic() - measured >= REMEASURE:
+                # The cutoff moves with the clock: rows that came due while the pass ran are its own,
+                # else each pass would end with a pass's worth of history due and wait an interval.
+                cutoff = ms(self.clock.now() - self.policy.retention_seconds)
                 self.pace.need = await self.need(cutoff)
                 measured = time.monotonic()
             t0 = time.monotonic()
             batch = self.pace.batch
             pruned = await self.store.prune_batch(cutoff, batch)
             if pruned is None:
+                caught_up = True  # another instance is sweeping: leave the rest to it
                 break
             for table, n in pruned.by_table().items():
                 if n:
+                    deleted[table] += n
                     totals[table] += n
                     self._counters[table].inc(n)
             if pruned.todos < batch:
+                caught_up = True
+                break
+            if time.monotonic() - started >= MAX_PASS:
                 break
             await asyncio.sleep(self.pace.after(pruned.todos, time.monotonic() - t0))
-        freed = await self._return_space()  # every sweep: one capped at VACUUM_STEPS left some
+        freed = await self._return_space()  # every pass: one capped at VACUUM_STEPS left some
         oldest = await self.store.oldest_terminal_ms()
         age = 0.0 if oldest is None else max(0.0, self.clock.now() - oldest / 1000)
         self.metrics.retention_oldest_terminal.set(age)
         self.metrics.retention_sweeps.inc()
-        if totals["todos"]:
+        if deleted["todos"]:
             log.info(
                 "retention sweep",
-                **totals,
+                **deleted,
                 batch=self.pace.batch,
                 finishing_per_second=round(self.pace.need, 1),
                 pages_freed=freed,
                 oldest_kept_seconds=round(age, 1),
                 took_ms=round((time.monotonic() - started) * 1000),
+                caught_up=caught_up,
             )
-        return totals
+        return caught_up
 
     async def need(self, cutoff_ms: int) -> float:
         """Rows per second this pass must delete: the rate todos finish now, and more while the sweep
