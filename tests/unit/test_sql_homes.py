@@ -44,7 +44,7 @@ HOMES: dict[str, tuple[str, ...]] = {
     "a2a_tasks": ("a2a/tasks.py",),
     "a2a_task_events": ("a2a/tasks.py", "a2a/configs.py"),
     "push_notification_configs": ("a2a/configs.py",),
-    "a2a_push_outbox": ("a2a/outbox.py",),
+    "a2a_push_outbox": ("store/push_outbox.py",),
     "a2a_endpoint_settings": ("store/a2a_settings.py",),
     "rate_buckets": ("store/windows.py",),
     "backlog_samples": ("store/console.py",),
@@ -74,7 +74,6 @@ NOT_YET_IN_STORE = frozenset(
 MOVING = frozenset(
     {
         "a2a/configs.py",
-        "a2a/outbox.py",
         "a2a/tasks.py",
         "web/oauth_clients.py",
         "web/oauth_store.py",
