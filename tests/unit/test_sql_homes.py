@@ -41,8 +41,8 @@ HOMES: dict[str, tuple[str, ...]] = {
     "routes": ("store/sources.py",),
     "notify_hooks": ("notify/store*.py",),  # store + store_sqlite (SQLite's text of its hot reads)
     "notify_deliveries": ("notify/deliveries.py", "notify/replay.py"),
-    "a2a_tasks": ("a2a/tasks.py",),
-    "a2a_task_events": ("a2a/tasks.py", "a2a/configs.py"),
+    "a2a_tasks": ("store/a2a_tasks.py",),
+    "a2a_task_events": ("store/a2a_tasks.py", "a2a/configs.py"),
     "push_notification_configs": ("a2a/configs.py",),
     "a2a_push_outbox": ("store/push_outbox.py",),
     "a2a_endpoint_settings": ("store/a2a_settings.py",),
@@ -74,7 +74,6 @@ NOT_YET_IN_STORE = frozenset(
 MOVING = frozenset(
     {
         "a2a/configs.py",
-        "a2a/tasks.py",
         "web/oauth_clients.py",
         "web/oauth_store.py",
         "web/store.py",
@@ -84,7 +83,7 @@ MOVING = frozenset(
 # Reads outside a table's home, each with why it stays. The test fails on an entry that is no longer
 # needed, so this list only shrinks. Writes have no exceptions.
 READ_ALLOW: dict[tuple[str, str], str] = {
-    ("a2a/tasks.py", "todos"): (
+    ("store/a2a_tasks.py", "todos"): (
         "an A2A task is its a2a_tasks row joined to its todo (status, result, times), read and locked in "
         "one statement; split over two homes it would be two trips and no longer one locked read"
     ),

@@ -3,15 +3,17 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from sqlalchemy import insert
 
 from switchboard.core.clock import ManualClock
 from switchboard.core.ids import new_id
+from switchboard.store import a2a_tasks
 from switchboard.store.accounts import AccountStore
 from switchboard.store.db import Database
-from switchboard.store.schema_a2a import a2a_tasks, push_notification_configs
+from switchboard.store.schema_a2a import push_notification_configs
 from switchboard.store.todos import NewTodo, RetryPolicy, TodoStore
 from switchboard.store.transitions import TransitionHub
 
@@ -32,20 +34,21 @@ async def world(database: Database, hub: TransitionHub, clock: ManualClock) -> W
     return World(owner.id, worker.id, store)
 
 
-async def task(database: Database, w: World, *, message_id: str | None = None, now_ms: int = 1) -> str:
+async def task(
+    database: Database, w: World, *, message_id: str | None = None, context_id: str = "ctx-1", now_ms: int = 1
+) -> str:
     """A todo for the worker with its task row, as the send path writes it (one transaction)."""
-    todo = NewTodo(endpoint_id=w.worker, queue="inbox", title="a task", payload={}, source="a2a")
+    todo = NewTodo(endpoint_id=w.worker, queue="inbox", title="a task", payload={"a2a": {}}, source="a2a")
     (todo_id,) = (await w.todos.create([todo])).created
     async with database.begin() as conn:
-        await conn.execute(
-            insert(a2a_tasks).values(
-                todo_id=todo_id,
-                owner_endpoint_id=w.owner,
-                context_id="ctx-1",
-                message='{"role": "ROLE_USER"}',
-                message_id=message_id,
-                created_at=now_ms,
-            )
+        await a2a_tasks.insert_task(
+            conn,
+            todo_id,
+            owner_endpoint_id=w.owner,
+            context_id=context_id,
+            message_json=json.dumps({"role": "ROLE_USER", "messageId": message_id or f"m-{todo_id}"}),
+            message_id=message_id,
+            now_ms=now_ms,
         )
     return todo_id
 
