@@ -102,6 +102,12 @@ async def enqueue(
     )
 
 
+def pending_for(config_row_id: Any) -> Any:
+    """An EXISTS clause: a delivery of this config (a column or value) is still pending. For the
+    configs' retention, which keeps a config until its last delivery finishes."""
+    return exists().where(and_(box.c.config_id == config_row_id, box.c.status == "pending"))
+
+
 class OutboxStore:
     def __init__(self, db: Database) -> None:
         self.db = db
