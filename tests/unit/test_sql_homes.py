@@ -240,11 +240,14 @@ def test_every_table_has_a_home_under_store() -> None:
             )
 
 
-# Capitals only, and a statement's shape (not the word): "DELETE" alone is an HTTP method.
+# Capitals only (the tree writes SQL keywords so), and a statement's shape, not the word: "DELETE"
+# alone is an HTTP method.
 _STATEMENT = re.compile(
     r"^\s*(SELECT\s+\S|INSERT\s+INTO\s|UPDATE\s+\w+\s+SET\s|DELETE\s+FROM\s|WITH\s+(RECURSIVE\s+)?\w+\s+AS\b"
     r"|CREATE\s|ALTER\s+TABLE\s|DROP\s|PRAGMA\s|BEGIN\b|COMMIT\b|ROLLBACK\b|SAVEPOINT\s)"
 )
+# The modules that declare tables: only store/ names them.
+_DECLARATIONS = SCHEMA_MODULES | {"switchboard.store.tables"}
 # What a face or feature may take from SQLAlchemy: its errors and the connection type it passes on.
 _SQLALCHEMY_ALLOWED = {"sqlalchemy.exc", "sqlalchemy.ext.asyncio"}
 
@@ -270,11 +273,19 @@ def sql_outside_store(root: Path) -> set[tuple[str, str]]:
                 top = node.module.split(".")[0]
                 if top == "sqlalchemy" and node.module not in _SQLALCHEMY_ALLOWED:
                     found.add((rel, f"import from {node.module}"))
-                if node.module in SCHEMA_MODULES:
+                if node.module in _DECLARATIONS:
                     found.add((rel, f"import from {node.module}"))
+                if node.module == "switchboard.store":
+                    found.update(
+                        (rel, f"import {a.name}")
+                        for a in node.names
+                        if f"switchboard.store.{a.name}" in _DECLARATIONS
+                    )
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.name.split(".")[0] == "sqlalchemy" and alias.name not in _SQLALCHEMY_ALLOWED:
+                        found.add((rel, f"import {alias.name}"))
+                    if alias.name in _DECLARATIONS:
                         found.add((rel, f"import {alias.name}"))
     return found
 
@@ -292,6 +303,8 @@ def test_the_walk_finds_sql_outside_store(tmp_path: Path) -> None:
         "face/raw.py": 'conn.exec_driver_sql("SELECT id FROM somewhere")\n',
         "face/builder.py": "from sqlalchemy import select\n",
         "face/pg.py": "from sqlalchemy.dialects.postgresql import insert\n",
+        "face/every.py": "from switchboard.store.tables import metadata\n",
+        "face/module.py": "from switchboard.store import schema_web\n",
         "face/clean.py": (
             "from sqlalchemy.exc import SQLAlchemyError\nfrom sqlalchemy.ext.asyncio import AsyncConnection\n"
             'method = "DELETE"\nlabel = "Select a queue"\n'
@@ -308,6 +321,8 @@ def test_the_walk_finds_sql_outside_store(tmp_path: Path) -> None:
         ("face/raw.py", "statement SELECT"),
         ("face/builder.py", "import from sqlalchemy"),
         ("face/pg.py", "import from sqlalchemy.dialects.postgresql"),
+        ("face/every.py", "import from switchboard.store.tables"),
+        ("face/module.py", "import schema_web"),
     }
 
 
