@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from switchboard.core.clock import ManualClock
 from switchboard.store import web_sessions
-from switchboard.store.accounts import AccountStore
+from switchboard.store.accounts import AccountStore, count_humans
 from switchboard.store.db import Database
 from switchboard.store.web_sessions import Human
 
@@ -33,6 +33,7 @@ async def test_signing_out_everywhere_keeps_the_one_asked(database: Database, cl
     assert await web_sessions.human_of(database, "o1", 150) is not None  # another human's session
     async with database.begin() as conn:
         assert await web_sessions.end_all_in(conn, hid, None) == 1
+        assert await count_humans(conn) == 2
 
 
 async def test_the_sweep_drops_expired_sessions_only(database: Database, clock: ManualClock) -> None:
