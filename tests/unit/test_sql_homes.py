@@ -1,5 +1,7 @@
-"""The SQL of each aggregate has one home (issue 16): a module outside a table's home never builds an
-INSERT, UPDATE or DELETE on it, and reads it only where ``READ_ALLOW`` says why.
+"""The SQL of each aggregate has one home (issues 16 and 31): every table's home is a module (or a
+few, named for what they do) under ``store/``; a module outside a table's home never builds an INSERT,
+UPDATE or DELETE on it, and reads it only where ``READ_ALLOW`` says why; and no module outside
+``store/`` holds SQL at all (no table, no statement text, no SQLAlchemy statement builder).
 
 Walked from the source with ``ast``: a table is seen wherever its ``Table`` object is named (imported from
 the schema modules, reached as ``schema.<table>``, or given another name by assignment) and in any
@@ -18,26 +20,67 @@ from pathlib import Path
 import switchboard
 
 PACKAGE = Path(switchboard.__file__).parent
-SCHEMA_MODULES = {"switchboard.store.schema", "switchboard.store.schema_a2a"}
+SCHEMA_MODULES = {
+    "switchboard.store.schema",
+    "switchboard.store.schema_a2a",
+    "switchboard.store.schema_cluster",
+    "switchboard.store.schema_console",
+    "switchboard.store.schema_web",
+}
 DECLARED_IN = ("store/schema*.py",)  # where the tables are declared (not statements)
 
-# table -> the modules that are its home (paths relative to src/switchboard)
+# table -> the modules that are its home (paths relative to src/switchboard). Every table has one.
 HOMES: dict[str, tuple[str, ...]] = {
     "todos": ("store/todo*.py",),  # todos + todo_moves + todo_reads + todo_queries: one aggregate, split
+    "todo_events": ("store/todo*.py",),  # a todo's timeline, written by its moves
     "endpoints": ("store/accounts.py",),
+    "endpoint_epoch": ("store/changes.py",),  # read only; the SQLite triggers on endpoints write it
+    "humans": ("store/accounts.py", "store/admin.py"),  # sign-up and sign-in; the operator's changes
+    "human_invites": ("store/admin.py",),
     "sources": ("store/sources.py",),
     "routes": ("store/sources.py",),
     "notify_hooks": ("notify/store*.py",),  # store + store_sqlite (SQLite's text of its hot reads)
-    "push_notification_configs": ("a2a/configs.py",),
+    "notify_deliveries": ("notify/deliveries.py", "notify/replay.py"),
+    "a2a_tasks": ("store/a2a_tasks.py",),
+    "a2a_task_events": ("store/a2a_tasks.py",),
+    "push_notification_configs": ("store/push_configs.py",),
+    "a2a_push_outbox": ("store/push_outbox.py",),
+    "a2a_endpoint_settings": ("store/a2a_settings.py",),
+    "rate_buckets": ("store/windows.py",),
+    "backlog_samples": ("store/console.py",),
+    "web_sessions": ("store/web_sessions.py",),
+    # MCP OAuth: one aggregate, split for the module-size bound (oauth_clients.py: the clients)
+    "oauth_clients": ("store/oauth*.py",),
+    "oauth_codes": ("store/oauth*.py",),
+    "oauth_grants": ("store/oauth*.py",),
+    "oauth_tokens": ("store/oauth*.py",),
 }
 
+# TEMPORARY: the notify package's SQL has not moved under store/ yet (another branch is changing
+# notify/ now). The lead removes this set, and points the two notify homes above at store/, when
+# the notify SQL moves. Nothing else may be added here.
+NOT_YET_IN_STORE = frozenset(
+    {
+        "notify/store.py",
+        "notify/store_owner.py",
+        "notify/store_sqlite.py",
+        "notify/deliveries.py",
+        "notify/replay.py",
+        "notify/hook_model.py",
+        "notify/droplog.py",
+        "notify/health.py",
+    }
+)
 # Reads outside a table's home, each with why it stays. The test fails on an entry that is no longer
 # needed, so this list only shrinks. Writes have no exceptions.
 READ_ALLOW: dict[tuple[str, str], str] = {
-    ("a2a/tasks.py", "todos"): (
+    ("store/a2a_tasks.py", "todos"): (
         "an A2A task is its a2a_tasks row joined to its todo (status, result, times), read and locked in "
-        "one statement and built into the a2a package's TaskRecord: in store/todo*.py the todos home "
-        "would depend on the a2a package"
+        "one statement; split over two homes it would be two trips and no longer one locked read"
+    ),
+    ("store/web_sessions.py", "humans"): (
+        "every page view reads the human a session cookie names, joined to the session in one "
+        "indexed statement; split over two homes it would be two trips per request"
     ),
     ("notify/store.py", "endpoints"): (
         "matching reads each endpoint (scope, presence, owner) with its enabled hooks in one batched "
@@ -56,6 +99,7 @@ READ_ALLOW: dict[tuple[str, str], str] = {
         "statement; either home taking it would read the other's table"
     ),
     ("store/console.py", "endpoints"): "the console's read model (see its todos entry)",
+    ("store/console.py", "todo_events"): "the console's read model: a todo's timeline, paged with it",
 }
 
 _VERBS = {
@@ -181,7 +225,105 @@ def test_every_home_exists_and_holds_its_table() -> None:
             if any(fnmatch(p.relative_to(PACKAGE).as_posix(), h) for h in homes)
         ]
         assert found, f"no home module for {table}"
-        assert any(table in table_uses(ast.parse(p.read_text()), {table}).writes for p in found), table
+        assert any(table in table_uses(ast.parse(p.read_text()), {table}).reads for p in found), table
+
+
+def test_every_table_has_a_home_under_store() -> None:
+    from switchboard.store.tables import metadata
+
+    assert set(metadata.tables) == set(HOMES), "a table without a home here, or a home without a table"
+    for table, homes in HOMES.items():
+        for home in homes:
+            modules = {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.glob(home)}
+            assert home.startswith("store/") or modules <= NOT_YET_IN_STORE, (
+                f"{table}: {home} is not in store/"
+            )
+
+
+# Capitals only (the tree writes SQL keywords so), and a statement's shape, not the word: "DELETE"
+# alone is an HTTP method.
+_STATEMENT = re.compile(
+    r"^\s*(SELECT\s+\S|INSERT\s+INTO\s|UPDATE\s+\w+\s+SET\s|DELETE\s+FROM\s|WITH\s+(RECURSIVE\s+)?\w+\s+AS\b"
+    r"|CREATE\s|ALTER\s+TABLE\s|DROP\s|PRAGMA\s|BEGIN\b|COMMIT\b|ROLLBACK\b|SAVEPOINT\s)"
+)
+# The modules that declare tables: only store/ names them.
+_DECLARATIONS = SCHEMA_MODULES | {"switchboard.store.tables"}
+# What a face or feature may take from SQLAlchemy: its errors and the connection type it passes on.
+_SQLALCHEMY_ALLOWED = {"sqlalchemy.exc", "sqlalchemy.ext.asyncio"}
+
+
+def sql_outside_store(root: Path) -> set[tuple[str, str]]:
+    """(module, what) for each piece of SQL in a module outside store/ (and outside the allowance)."""
+    found: set[tuple[str, str]] = set()
+    tables = set(HOMES)
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith("store/") or rel in NOT_YET_IN_STORE:
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        found.update((rel, f"table {t}") for t in table_uses(tree, tables).reads)
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and _STATEMENT.match(node.value)
+            ):
+                found.add((rel, f"statement {node.value.split()[0]}"))
+            elif isinstance(node, ast.ImportFrom) and node.module is not None:
+                top = node.module.split(".")[0]
+                if top == "sqlalchemy" and node.module not in _SQLALCHEMY_ALLOWED:
+                    found.add((rel, f"import from {node.module}"))
+                if node.module in _DECLARATIONS:
+                    found.add((rel, f"import from {node.module}"))
+                if node.module == "switchboard.store":
+                    found.update(
+                        (rel, f"import {a.name}")
+                        for a in node.names
+                        if f"switchboard.store.{a.name}" in _DECLARATIONS
+                    )
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] == "sqlalchemy" and alias.name not in _SQLALCHEMY_ALLOWED:
+                        found.add((rel, f"import {alias.name}"))
+                    if alias.name in _DECLARATIONS:
+                        found.add((rel, f"import {alias.name}"))
+    return found
+
+
+def test_no_sql_outside_store() -> None:
+    found = sql_outside_store(PACKAGE)
+    assert found == set(), "SQL outside store/ (move it into the table's home there): " + ", ".join(
+        f"{m}: {w}" for m, w in sorted(found)
+    )
+
+
+def test_the_walk_finds_sql_outside_store(tmp_path: Path) -> None:
+    cases = {
+        "face/named.py": "from switchboard.store.schema import todos\nselect(todos.c.id)\n",
+        "face/raw.py": 'conn.exec_driver_sql("SELECT id FROM somewhere")\n',
+        "face/builder.py": "from sqlalchemy import select\n",
+        "face/pg.py": "from sqlalchemy.dialects.postgresql import insert\n",
+        "face/every.py": "from switchboard.store.tables import metadata\n",
+        "face/module.py": "from switchboard.store import schema_web\n",
+        "face/clean.py": (
+            "from sqlalchemy.exc import SQLAlchemyError\nfrom sqlalchemy.ext.asyncio import AsyncConnection\n"
+            'method = "DELETE"\nlabel = "Select a queue"\n'
+        ),
+        "store/home.py": "from sqlalchemy import select\nQ = 'SELECT 1'\n",
+        "notify/store.py": "from sqlalchemy import select\n",  # the temporary allowance
+    }
+    for name, text in cases.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert sql_outside_store(tmp_path) == {
+        ("face/named.py", "table todos"),
+        ("face/named.py", "import from switchboard.store.schema"),
+        ("face/raw.py", "statement SELECT"),
+        ("face/builder.py", "import from sqlalchemy"),
+        ("face/pg.py", "import from sqlalchemy.dialects.postgresql"),
+        ("face/every.py", "import from switchboard.store.tables"),
+        ("face/module.py", "import schema_web"),
+    }
 
 
 def test_the_walk_sees_each_way_of_naming_a_table(tmp_path: Path) -> None:

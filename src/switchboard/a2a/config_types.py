@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from switchboard.store.push_configs import ConfigView as ConfigView  # re-exported: its home moved
+
 SIGNING_SCHEME: Final = "StandardWebhooks"
 
 
@@ -33,17 +35,6 @@ class ConfigInput:
     @property
     def keeps(self) -> bool:
         return self.keep_url or self.keep_token or self.keep_credentials
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigView:
-    """A stored config as the API shows it: URL query, token and credentials redacted."""
-
-    config_id: str
-    task_id: str
-    url_display: str
-    has_token: bool
-    scheme: str | None
 
 
 @dataclass(frozen=True, slots=True)

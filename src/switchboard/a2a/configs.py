@@ -1,4 +1,5 @@
-"""Push notification configs: input validation and ``push_notification_configs`` SQL, in one place.
+"""Push notification configs: input validation, sealing, and the rules of every write (the statements
+are in ``store/push_configs.py``).
 
 * The URL passes the SSRF guard before anything is stored (and again before every delivery attempt).
 * URL, token and credentials are sealed by the cred envelope, bound to the row id and field; what is
@@ -13,11 +14,9 @@
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, Final
 
-from sqlalchemy import Row, and_, delete, exists, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from switchboard.a2a.config_types import SIGNING_SCHEME, ConfigInput, ConfigView, SendableConfig
@@ -27,14 +26,8 @@ from switchboard.core.clock import Clock, ms
 from switchboard.core.ids import new_id
 from switchboard.cred import Envelope
 from switchboard.push import TargetRejected, Validator, mint_secret, sign
-from switchboard.store.accounts import slug_of, verbs_of
+from switchboard.store import push_configs
 from switchboard.store.db import Database
-from switchboard.store.schema_a2a import (
-    a2a_push_outbox,
-    a2a_task_events,
-    a2a_tasks,
-    push_notification_configs,
-)
 
 #: The verb an endpoint must hold, at each delivery attempt, for its tasks' push configs to deliver
 #: (docs/a2a.md, "Scope cut"). Without it the owner has taken push notifications away from it.
@@ -47,8 +40,6 @@ MAX_CREDENTIALS = 4096
 _CONFIG_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:~-]{0,254}")
 _SCHEME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,64}")  # an RFC 9110 token
 _HEADER_SAFE = re.compile(r"[\x20-\x7e]+")  # printable ASCII: nothing that can split a header
-
-cfg = push_notification_configs
 
 
 def _text(value: str, field: str, limit: int) -> str:
@@ -148,7 +139,7 @@ def _nothing_to_keep() -> ConfigRefused:
     )
 
 
-def _check_kept(item: ConfigInput, stored: Any) -> None:
+def _check_kept(item: ConfigInput, stored: push_configs.Stored) -> None:
     """A placeholder keeps the stored value only where there is one, and for the same target: the
     URL must be the stored one as Get shows it, the credentials must stay with their scheme."""
     if item.keep_url and item.url != stored.url_display:
@@ -169,10 +160,6 @@ def _check_kept(item: ConfigInput, stored: Any) -> None:
 
 def _aad(row_id: str, field: str) -> str:
     return f"push_notification_configs:{row_id}:{field}"
-
-
-def _view(row: Row[Any]) -> ConfigView:
-    return ConfigView(row.config_id, row.task_id, row.url_display, row.token_enc is not None, row.auth_scheme)
 
 
 class ConfigStore:
@@ -202,17 +189,14 @@ class ConfigStore:
         if item.keeps:
             raise _nothing_to_keep()
         row_id = new_id("pc")
-        now = ms(self.clock.now())
-        await conn.execute(
-            insert(cfg).values(
-                id=row_id,
-                task_id=task_id,
-                config_id=item.config_id,
-                owner_endpoint_id=owner_endpoint_id,
-                created_at=now,
-                updated_at=now,
-                **self._sealed(row_id, item),
-            )
+        await push_configs.insert_in(
+            conn,
+            row_id=row_id,
+            task_id=task_id,
+            config_id=item.config_id,
+            owner_endpoint_id=owner_endpoint_id,
+            now_ms=ms(self.clock.now()),
+            columns=self._sealed(row_id, item),
         )
 
     async def upsert(
@@ -223,98 +207,45 @@ class ConfigStore:
         async with self.db.begin() as conn:
             if not await lock_owned(conn, owner_endpoint_id, task_id):
                 return None
-            existing = (
-                await conn.execute(
-                    select(
-                        cfg.c.id, cfg.c.url_display, cfg.c.token_enc, cfg.c.auth_scheme, cfg.c.credentials_enc
-                    ).where(cfg.c.task_id == task_id, cfg.c.config_id == item.config_id)
-                )
-            ).first()
+            existing = await push_configs.stored_in(conn, task_id, item.config_id)
             if existing is not None:
                 _check_kept(item, existing)
-                await conn.execute(
-                    update(cfg)
-                    .where(cfg.c.id == existing.id)
-                    .values(updated_at=now, **self._sealed(existing.id, item))
-                )
+                await push_configs.update_in(conn, existing.id, now, self._sealed(existing.id, item))
             else:
-                used = (
-                    await conn.execute(select(func.count()).select_from(cfg).where(cfg.c.task_id == task_id))
-                ).scalar_one()
-                if used >= ceiling:
+                if await push_configs.count_in(conn, task_id) >= ceiling:
                     raise ConfigRefused(
                         f"this task already has the maximum of {ceiling} push notification configs",
                         reason="ceiling_exceeded",
                     )
                 await self.insert_in(conn, owner_endpoint_id, task_id, item)
-            row = (
-                await conn.execute(
-                    select(cfg).where(cfg.c.task_id == task_id, cfg.c.config_id == item.config_id)
-                )
-            ).one()
-        return _view(row)
+            return await push_configs.view_in(conn, task_id, item.config_id)
 
     async def get(self, owner_endpoint_id: str, task_id: str, config_id: str) -> ConfigView | None:
-        stmt = select(cfg).where(
-            cfg.c.task_id == task_id,
-            cfg.c.config_id == config_id,
-            cfg.c.owner_endpoint_id == owner_endpoint_id,
-        )
-        async with self.db.read() as conn:
-            row = (await conn.execute(stmt)).first()
-        return None if row is None else _view(row)
+        return await push_configs.get(self.db, owner_endpoint_id, task_id, config_id)
 
     async def list_for_task(self, owner_endpoint_id: str, task_id: str) -> list[ConfigView]:
-        stmt = (
-            select(cfg)
-            .where(cfg.c.task_id == task_id, cfg.c.owner_endpoint_id == owner_endpoint_id)
-            .order_by(cfg.c.created_at, cfg.c.id)
-        )
-        async with self.db.read() as conn:
-            return [_view(r) for r in (await conn.execute(stmt)).all()]
+        return await push_configs.list_for_task(self.db, owner_endpoint_id, task_id)
 
     async def list_for_endpoint(self, owner_endpoint_id: str, limit: int) -> list[ConfigView]:
         """The endpoint's configs across all its tasks, newest first, for the owner's endpoint card."""
-        stmt = (
-            select(cfg)
-            .where(cfg.c.owner_endpoint_id == owner_endpoint_id)
-            .order_by(cfg.c.created_at.desc(), cfg.c.id)
-            .limit(limit)
-        )
-        async with self.db.read() as conn:
-            return [_view(r) for r in (await conn.execute(stmt)).all()]
+        return await push_configs.list_for_endpoint(self.db, owner_endpoint_id, limit)
 
     async def delete(self, owner_endpoint_id: str, task_id: str, config_id: str) -> bool:
         """Idempotent. Its pending deliveries go with it (ON DELETE CASCADE), and an attempt already
         claimed re-reads the config first (:meth:`sendable`), so nothing is sent after this returns
         except an attempt whose request was already on the wire."""
-        stmt = delete(cfg).where(
-            cfg.c.task_id == task_id,
-            cfg.c.config_id == config_id,
-            cfg.c.owner_endpoint_id == owner_endpoint_id,
-        )
-        async with self.db.begin() as conn:
-            return bool((await conn.execute(stmt)).rowcount)
+        return await push_configs.delete_owned(self.db, owner_endpoint_id, task_id, config_id)
 
     # -- delivery ---------------------------------------------------------------------------------
 
     async def targets_in(self, conn: AsyncConnection, task_id: str) -> list[tuple[str, str]]:
         """(row id, host) of every config of a task, inside the transition's transaction."""
-        stmt = select(cfg.c.id, cfg.c.host).where(cfg.c.task_id == task_id).order_by(cfg.c.id)
-        return [(r.id, r.host) for r in (await conn.execute(stmt)).all()]
+        return await push_configs.targets_in(conn, task_id)
 
     async def sendable(self, row_id: str) -> SendableConfig | None:
         """Read right before each attempt, with the owning endpoint's scope in the same statement: a
         config whose endpoint lost :data:`PUSH_VERB` comes back ``granted=False`` and gets no attempt."""
-        stmt = select(
-            cfg.c.url_enc,
-            cfg.c.token_enc,
-            cfg.c.auth_scheme,
-            cfg.c.credentials_enc,
-            verbs_of(cfg.c.owner_endpoint_id).label("verbs"),
-        ).where(cfg.c.id == row_id)
-        async with self.db.read() as conn:
-            row = (await conn.execute(stmt)).first()
+        row = await push_configs.sealed(self.db, row_id)
         if row is None:
             return None
 
@@ -329,31 +260,18 @@ class ConfigStore:
             open_(row.token_enc, "token"),
             row.auth_scheme,
             open_(row.credentials_enc, "credentials"),
-            row.verbs is not None and PUSH_VERB in json.loads(row.verbs),
+            PUSH_VERB in row.verbs,
         )
 
     async def purge_finished(self, before_ms: int) -> int:
         """Lifecycle: configs of tasks that reached a terminal state before ``before_ms`` and have no
-        delivery left pending. Their outbox rows go with them."""
-        done_task = select(a2a_tasks.c.todo_id).where(
-            a2a_tasks.c.terminal_at.is_not(None), a2a_tasks.c.terminal_at <= before_ms
-        )
-        pending = exists().where(
-            and_(a2a_push_outbox.c.config_id == cfg.c.id, a2a_push_outbox.c.status == "pending")
-        )
-        async with self.db.begin() as conn:
-            result = await conn.execute(delete(cfg).where(cfg.c.task_id.in_(done_task), ~pending))
-            # The streams' event log goes with the same retention (docs/a2a.md, "Streaming").
-            await conn.execute(delete(a2a_task_events).where(a2a_task_events.c.task_id.in_(done_task)))
-        return int(result.rowcount or 0)
+        delivery left pending. Their outbox rows go with them, and the streams' event log goes with
+        the same retention (docs/a2a.md, "Streaming")."""
+        return await push_configs.purge_finished(self.db, before_ms)
 
 
 async def config_owner(db: Database, data: dict[str, Any]) -> dict[str, Any]:
     """The client's ``config_id`` and the owning endpoint (id and slug) of the config row
     ``data["push_config"]``, for an operator event (switchboard.operator); empty once it is deleted."""
-    c = push_notification_configs.c
-    stmt = select(c.config_id, c.owner_endpoint_id, slug_of(c.owner_endpoint_id)).where(
-        c.id == str(data["push_config"])
-    )
-    rows: list[Any] = await db.fetch(stmt)
-    return {"config_id": rows[0][0], "endpoint_id": rows[0][1], "endpoint_slug": rows[0][2]} if rows else {}
+    owner = await push_configs.owner_of(db, str(data["push_config"]))
+    return {"config_id": owner[0], "endpoint_id": owner[1], "endpoint_slug": owner[2]} if owner else {}

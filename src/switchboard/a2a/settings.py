@@ -7,46 +7,27 @@ set here, else the first (alphabetical) queue of its own scope. A generic A2A cl
 
 from __future__ import annotations
 
-from sqlalchemy import delete, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
 from switchboard.core.clock import ms
 from switchboard.services import Services
+from switchboard.store import a2a_settings
 from switchboard.store.accounts import QUEUE, Endpoint
-from switchboard.store.schema_a2a import a2a_endpoint_settings
 
 
 async def set_default_queue(services: Services, endpoint_id: str, queue: str | None) -> None:
     """Set (or with ``None`` clear) the endpoint's default A2A queue. ValueError on a bad name."""
     if queue is None:
-        async with services.db.begin() as conn:
-            await conn.execute(
-                delete(a2a_endpoint_settings).where(a2a_endpoint_settings.c.endpoint_id == endpoint_id)
-            )
+        await a2a_settings.clear_default_queue(services.db, endpoint_id)
         return
     if not QUEUE.match(queue):
         raise ValueError(
             "the default A2A queue must be a queue name (lower-case letters, digits, '.', '_', '-')"
         )
-    now = ms(services.clock.now())
-    insert = pg_insert if services.db.dialect == "postgresql" else sqlite_insert
-    stmt = insert(a2a_endpoint_settings).values(endpoint_id=endpoint_id, default_queue=queue, updated_at=now)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=[a2a_endpoint_settings.c.endpoint_id],
-        set_={"default_queue": queue, "updated_at": now},
-    )
-    async with services.db.begin() as conn:
-        await conn.execute(stmt)
+    await a2a_settings.put_default_queue(services.db, endpoint_id, queue, ms(services.clock.now()))
 
 
 async def configured_default_queue(services: Services, endpoint_id: str) -> str | None:
     """The queue set with :func:`set_default_queue`, or None."""
-    stmt = select(a2a_endpoint_settings.c.default_queue).where(
-        a2a_endpoint_settings.c.endpoint_id == endpoint_id
-    )
-    async with services.db.read() as conn:
-        return (await conn.execute(stmt)).scalar_one_or_none()
+    return await a2a_settings.get_default_queue(services.db, endpoint_id)
 
 
 async def default_queue(services: Services, endpoint: Endpoint) -> str | None:

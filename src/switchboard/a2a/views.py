@@ -29,6 +29,7 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Value
 
 from switchboard.a2a.config_types import ConfigView
+from switchboard.store.a2a_tasks import TaskRecord as TaskRecord  # re-exported: its home moved
 
 SUBMITTED: Final = TaskState.TASK_STATE_SUBMITTED
 WORKING: Final = TaskState.TASK_STATE_WORKING
@@ -72,43 +73,6 @@ TERMINAL_TRANSITIONS: Final = TERMINAL_STATUSES
 
 RESULT_ARTIFACT_ID: Final = "result"
 REDACTED: Final = "[redacted]"
-
-
-@dataclass(frozen=True, slots=True)
-class TaskRecord:
-    """One task as the store reads it: the todo row joined with its ``a2a_tasks`` row."""
-
-    id: str
-    context_id: str
-    owner_endpoint_id: str
-    endpoint_id: str | None  # the worker the todo is for
-    queue: str
-    status: str
-    message: str  # A2A JSON of the sent message
-    result: str | None
-    last_error: str | None
-    last_seq: int
-    created_at: int
-    updated_at: int
-    followups: str | None = None  # JSON list of later Messages: the sender's follow-ups, the worker's asks
-    input_required_at: int | None = None  # the worker asked (MCP ``ask``) and no answer came yet
-
-    @property
-    def input_required(self) -> bool:
-        return self.status == "claimed" and self.input_required_at is not None
-
-    @property
-    def question(self) -> str | None:
-        """The worker's open question (the last agent message), as A2A JSON."""
-        if not self.input_required or not self.followups:
-            return None
-        agent = [m for m in json.loads(self.followups) if m.get("role") == "ROLE_AGENT"]
-        return json.dumps(agent[-1]) if agent else None
-
-    def history(self) -> list[str]:
-        """The task's messages as A2A JSON, oldest first: the sent one, then the follow-ups."""
-        later = json.loads(self.followups) if self.followups else []
-        return [self.message, *(json.dumps(m) for m in later)]
 
 
 def _timestamp(epoch_ms: int | float) -> datetime:

@@ -325,6 +325,10 @@ def verbs_of(endpoint_id: Any) -> Any:
     return select(endpoints.c.verbs).where(endpoints.c.id == endpoint_id).scalar_subquery()
 
 
+async def count_humans(conn: AsyncConnection) -> int:
+    return int((await conn.execute(select(func.count()).select_from(humans))).scalar_one())
+
+
 async def count_endpoints(conn: AsyncConnection, *, human_id: str | None = None) -> int:
     stmt = select(func.count()).select_from(endpoints)
     if human_id is not None:

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from switchboard.core.clock import Clock, ms
 from switchboard.core.ids import new_id
-from switchboard.store import accounts, todo_queries
+from switchboard.store import accounts, oauth, todo_queries, web_sessions
 from switchboard.store import sources as source_store
 from switchboard.store.accounts import EMAIL
 from switchboard.store.changes import EndpointChanges, announce
@@ -28,7 +28,6 @@ from switchboard.store.db import Database
 from switchboard.store.errors import Conflict, NotFound
 from switchboard.store.schema import humans, notify_hooks
 from switchboard.store.schema_console import human_invites
-from switchboard.store.schema_web import oauth_grants, web_sessions
 
 PASSWORD_MIN = 10
 INVITE_PREFIX = "sbi_"
@@ -80,10 +79,7 @@ class AdminStore:
 
     @staticmethod
     async def _end_sessions(conn: AsyncConnection, human_id: str, keep: str | None) -> int:
-        stmt = delete(web_sessions).where(web_sessions.c.human_id == human_id)
-        if keep is not None:
-            stmt = stmt.where(web_sessions.c.id_hash != keep)
-        return int((await conn.execute(stmt)).rowcount or 0)
+        return await web_sessions.end_all_in(conn, human_id, keep)
 
     # -- the operator role --------------------------------------------------------------------------
 
@@ -139,7 +135,7 @@ class AdminStore:
                 # notify/ sits above store/: its hook home cannot be called from here (test_sql_homes.py)
                 "hooks": await _count(conn, notify_hooks, notify_hooks.c.endpoint_id == endpoint_id),
                 "routes": await source_store.count_routes(conn, endpoint_id=endpoint_id),
-                "connections": await _count(conn, oauth_grants, oauth_grants.c.endpoint_id == endpoint_id),
+                "connections": await oauth.count_grants(conn, endpoint_id=endpoint_id),
             }
 
     async def delete_endpoint(self, endpoint_id: str) -> dict[str, int]:

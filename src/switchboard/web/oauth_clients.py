@@ -1,5 +1,6 @@
 """MCP OAuth dynamic client registration: store a registered client and look it up. The client
-secret is sealed with the server's envelope key, bound to the client id.
+secret is sealed with the server's envelope key, bound to the client id (the statements are in
+``store/oauth_clients.py``).
 
 :class:`switchboard.web.oauth_store.OAuthStore` inherits this; split out to keep each part small
 (issue 16).
@@ -7,16 +8,15 @@ secret is sealed with the server's envelope key, bound to the client id.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
-from sqlalchemy import insert, select, update
-
 from switchboard.core.clock import Clock, ms
 from switchboard.cred import Envelope
+from switchboard.store import oauth_clients
 from switchboard.store.db import Database
 from switchboard.store.errors import Conflict
-from switchboard.store.schema_web import oauth_clients
 from switchboard.web.cimd import DOCUMENT_KEY_PREFIX
 
 
@@ -36,49 +36,35 @@ class OAuthClients:
     async def create_client(
         self, client_id: str, name: str | None, info: dict[str, Any], secret: str | None
     ) -> None:
-        async with self.db.begin() as conn:
-            await conn.execute(
-                insert(oauth_clients).values(
-                    id=client_id,
-                    client_name=name,
-                    info=json.dumps(info, separators=(",", ":")),
-                    secret_enc=None if secret is None else self.envelope.seal(secret, _secret_aad(client_id)),
-                    created_at=ms(self.clock.now()),
-                )
-            )
+        await oauth_clients.insert_client(
+            self.db,
+            client_id,
+            name,
+            json.dumps(info, separators=(",", ":")),
+            None if secret is None else self.envelope.seal(secret, _secret_aad(client_id)),
+            ms(self.clock.now()),
+        )
 
     async def remember_document_client(self, key: str, name: str | None, info: dict[str, Any]) -> None:
         """Keep the row of a client metadata document's client (stored under ``key``, its digest), with
         what its document said at the latest approval. It has no secret."""
-        values = {"client_name": name, "info": json.dumps(info, separators=(",", ":"))}
-        async with self.db.begin() as conn:
-            updated = await conn.execute(
-                update(oauth_clients).where(oauth_clients.c.id == key).values(**values)
-            )
-        if updated.rowcount == 1:
+        info_json = json.dumps(info, separators=(",", ":"))
+        if await oauth_clients.update_client(self.db, key, name, info_json):
             return
-        try:
-            async with self.db.begin() as conn:
-                await conn.execute(
-                    insert(oauth_clients).values(
-                        id=key, secret_enc=None, created_at=ms(self.clock.now()), **values
-                    )
-                )
-        except Conflict:
-            pass  # a second approval of the same client inserted it first: the row is there
+        with contextlib.suppress(Conflict):  # a second approval inserted it first: the row is there
+            await oauth_clients.insert_client(self.db, key, name, info_json, None, ms(self.clock.now()))
 
     async def client(self, client_id: str) -> tuple[dict[str, Any], str | None] | None:
         """The registration record and its opened secret (the SDK's authenticator compares it)."""
         if not client_id or len(client_id) > 64:
             return None
-        async with self.db.read() as conn:
-            row = (await conn.execute(select(oauth_clients).where(oauth_clients.c.id == client_id))).first()
+        row = await oauth_clients.client_row(self.db, client_id)
         if row is None:
             return None
         secret = (
             None if row.secret_enc is None else self.envelope.open(row.secret_enc, _secret_aad(client_id))
         )
-        return json.loads(row.info), secret
+        return json.loads(row.info_json), secret
 
     async def presented_id(self, key: str) -> str:
         """The client id a client presents, from its stored id: a document client's URL (kept in its
