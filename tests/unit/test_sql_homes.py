@@ -40,7 +40,7 @@ HOMES: dict[str, tuple[str, ...]] = {
     "sources": ("store/sources.py",),
     "routes": ("store/sources.py",),
     "notify_hooks": ("notify/store*.py",),  # store + store_sqlite (SQLite's text of its hot reads)
-    "notify_deliveries": ("notify/deliveries.py", "notify/replay.py"),
+    "notify_deliveries": ("store/notify_deliveries.py",),
     "a2a_tasks": ("store/a2a_tasks.py",),
     "a2a_task_events": ("store/a2a_tasks.py",),
     "push_notification_configs": ("store/push_configs.py",),
@@ -64,8 +64,6 @@ NOT_YET_IN_STORE = frozenset(
         "notify/store.py",
         "notify/store_owner.py",
         "notify/store_sqlite.py",
-        "notify/deliveries.py",
-        "notify/replay.py",
         "notify/hook_model.py",
         "notify/droplog.py",
         "notify/health.py",

@@ -35,12 +35,12 @@ from switchboard.a2a.tasks import A2A_SOURCE, TaskStore, may_be_task
 from switchboard.a2a.turns import Turns
 from switchboard.a2a.waiter import TaskWaiter
 from switchboard.a2a.worker import DeliveryWorker, Policy
-from switchboard.notify.deliveries import DeliveryLog
 from switchboard.obs.logs import get_logger
 from switchboard.operator.sink import PUSH_GAVE_UP
 from switchboard.push import Sender, Validator
 from switchboard.push.from_settings import a2a_outbound, outbound_proxy
 from switchboard.services import Services
+from switchboard.store.notify_deliveries import DeliveryLog
 from switchboard.store.transitions import Transition
 
 if TYPE_CHECKING:

@@ -25,11 +25,11 @@ from switchboard.a2a.outbox import Claimed, OutboxStore
 from switchboard.core.clock import Clock, ms
 from switchboard.delivery.backoff import Backoff
 from switchboard.delivery.retry import RetryPolicy
-from switchboard.notify.deliveries import Attempt, DeliveryBuffer, DeliveryRecord
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
 from switchboard.operator.sink import NullSink, OperatorSink
 from switchboard.push import AttemptTimeout, PushError, Sender, StatusError, Validator, standard_headers
+from switchboard.store.notify_deliveries import Attempt, DeliveryBuffer, DeliveryRecord
 
 log = get_logger("switchboard.a2a.push")
 

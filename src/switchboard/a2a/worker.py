@@ -26,11 +26,11 @@ from switchboard.a2a.limits import HostLimits
 from switchboard.a2a.outbox import Claimed, OutboxStore
 from switchboard.a2a.push_attempts import Policy, PushAttempts
 from switchboard.core.clock import Clock, ms
-from switchboard.notify.deliveries import DeliveryBuffer, DeliveryLog
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
 from switchboard.process.tasks import cancel_and_wait
 from switchboard.push import Sender, Validator
+from switchboard.store.notify_deliveries import DeliveryBuffer, DeliveryLog
 
 log = get_logger("switchboard.a2a.push")
 

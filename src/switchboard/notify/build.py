@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from switchboard.notify.deliveries import DeliveryLog
 from switchboard.notify.dispatcher import Dispatcher
 from switchboard.notify.store import HookStore
 from switchboard.push.from_settings import notify_outbound
 from switchboard.services import Services
+from switchboard.store.notify_deliveries import DeliveryLog
 from switchboard.store.windows import SharedWindows
 
 

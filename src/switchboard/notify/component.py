@@ -12,7 +12,6 @@ from starlette.routing import BaseRoute
 
 from switchboard.core.clock import ms
 from switchboard.notify.build import build_dispatcher
-from switchboard.notify.deliveries import DeliveryLog
 from switchboard.notify.dispatcher import Dispatcher
 from switchboard.notify.mcp import registrar
 from switchboard.notify.process import WORKER_COMMAND, RemoteDispatcher
@@ -22,6 +21,7 @@ from switchboard.obs.logs import get_logger
 from switchboard.operator.sink import HOOK_DISABLED
 from switchboard.process.tasks import cancel_and_wait
 from switchboard.services import Services
+from switchboard.store.notify_deliveries import DeliveryLog
 
 if TYPE_CHECKING:
     from switchboard.mcp.tools import ToolRegistrar

@@ -30,7 +30,6 @@ from switchboard.core.ratelimit import SharedWindow
 from switchboard.notify import body as bodies
 from switchboard.notify import replay as replays
 from switchboard.notify.attempts import AttemptRunner, classify, retry_policy
-from switchboard.notify.deliveries import DeliveryLog
 from switchboard.notify.droplog import DropLog
 from switchboard.notify.fairness import OwnerFairness
 from switchboard.notify.flow import Flow
@@ -46,6 +45,7 @@ from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
 from switchboard.operator.sink import OperatorSink
 from switchboard.push import PushError, Sender, StatusError, new_message_id, standard_headers
+from switchboard.store.notify_deliveries import DeliveryLog
 from switchboard.store.presence import PresenceReturn
 from switchboard.store.todos import TodoStore
 from switchboard.store.transitions import Transition

@@ -16,12 +16,12 @@ import asyncio
 import contextlib
 from collections import defaultdict
 
-from switchboard.notify.deliveries import DeliveryBuffer, DeliveryLog, DeliveryRecord
 from switchboard.notify.flow import Flow
 from switchboard.notify.store import HealthFold, HealthOutcome, HookStore
 from switchboard.obs.logs import get_logger
 from switchboard.obs.metrics import Metrics
 from switchboard.operator.sink import NullSink, OperatorSink
+from switchboard.store.notify_deliveries import DeliveryBuffer, DeliveryLog, DeliveryRecord
 
 log = get_logger("switchboard.notify")
 

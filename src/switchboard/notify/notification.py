@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from switchboard.notify.deliveries import Attempt
+from switchboard.store.notify_deliveries import Attempt
 
 
 @dataclass(slots=True)

@@ -5,12 +5,12 @@ also reaches a ``notification dropped`` warning (:mod:`switchboard.notify.droplo
 from __future__ import annotations
 
 from switchboard.core.clock import Clock, ms
-from switchboard.notify.deliveries import Attempt, DeliveryRecord
 from switchboard.notify.droplog import DropLog
 from switchboard.notify.flow import Flow
 from switchboard.notify.health import HealthRecorder
 from switchboard.notify.notification import Notification
 from switchboard.obs.metrics import Metrics
+from switchboard.store.notify_deliveries import Attempt, DeliveryRecord
 
 
 class Outcomes:

@@ -15,59 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
-
 from switchboard.notify import body as bodies
 from switchboard.notify.notification import Notification
-from switchboard.store.db import Database
-from switchboard.store.schema import notify_deliveries
 from switchboard.store.transitions import Transition
 
-_D = notify_deliveries.c
 RECOVER_MAX = 1000  # notifications one recover sends at most (the per-hook window drops beyond 120/min)
 REPLAYABLE = ("todo.ready", "todos.backlog")
-
-
-async def logged(db: Database, endpoint_id: str, delivery_id: str) -> dict[str, Any] | None:
-    """The newest notify row of ``delivery_id``, only if it belongs to ``endpoint_id`` (REQ-10)."""
-    stmt = (
-        select(_D.id, _D.kind, _D.target_id, _D.subject_id, _D.type, _D.reason, _D.outcome, _D.test)
-        .where(_D.id == delivery_id, _D.endpoint_id == endpoint_id)
-        .order_by(_D.seq.desc())
-        .limit(1)
-    )
-    async with db.read() as conn:
-        row = (await conn.execute(stmt)).first()
-    return None if row is None else dict(row._mapping)
-
-
-async def failed_since(db: Database, endpoint_id: str, hook_id: str, since_ms: int) -> list[dict[str, Any]]:
-    """The hook's notifications whose newest row since ``since_ms`` is failed or dropped, oldest first
-    (a notification a later replay delivered is not sent again)."""
-    stmt = (
-        select(_D.seq, _D.id, _D.subject_id, _D.type, _D.reason, _D.outcome, _D.test)
-        .where(
-            _D.target_id == hook_id,
-            _D.endpoint_id == endpoint_id,
-            _D.kind == "notify",
-            _D.finished_at >= since_ms,
-        )
-        .order_by(_D.seq)
-    )
-    async with db.read() as conn:
-        rows = [dict(r._mapping) for r in (await conn.execute(stmt)).all()]
-    newest: dict[str, dict[str, Any]] = {}
-    first: dict[str, int] = {}
-    for r in rows:
-        first.setdefault(r["id"], r["seq"])
-        newest[r["id"]] = r
-    wanted = [
-        r
-        for r in newest.values()
-        if r["outcome"] in ("failed", "dropped") and not r["test"] and r["type"] in REPLAYABLE
-    ]
-    wanted.sort(key=lambda r: first[r["id"]])
-    return wanted[:RECOVER_MAX]
 
 
 def ready_body(todo: Any, endpoint_slug: str, now: float) -> bytes:

@@ -8,12 +8,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from switchboard.notify import replay as replays
-from switchboard.notify.deliveries import Delivery, DeliveryLog
 from switchboard.notify.errors import CeilingExceeded, HookNotFound, InvalidHook
 from switchboard.notify.store import Hook, HookStore
 from switchboard.obs.audit import audit
 from switchboard.push import TargetRejected, Validator
 from switchboard.store.accounts import QUEUE, Endpoint
+from switchboard.store.notify_deliveries import Delivery, DeliveryLog
 
 if TYPE_CHECKING:
     from switchboard.obs.metrics import Metrics
@@ -163,11 +163,7 @@ class NotifyHooks:
         attempt cycle through the per-hook window. Another endpoint's id is not found, like an unknown one."""
         if not isinstance(delivery_id, str) or not delivery_id:
             raise InvalidHook("delivery_id must be a non-empty string")
-        row = (
-            None
-            if self.deliveries is None
-            else await replays.logged(self.deliveries.db, endpoint.id, delivery_id)
-        )
+        row = None if self.deliveries is None else await self.deliveries.logged(endpoint.id, delivery_id)
         if row is None or row["kind"] != "notify":
             raise HookNotFound(f"no notification {delivery_id!r}")
         if row["test"] or row["type"] not in replays.REPLAYABLE:
@@ -195,7 +191,9 @@ class NotifyHooks:
         rows = (
             []
             if self.deliveries is None
-            else await replays.failed_since(self.deliveries.db, endpoint.id, hid, since_ms)
+            else await self.deliveries.failed_since(
+                endpoint.id, hid, since_ms, types=replays.REPLAYABLE, limit=replays.RECOVER_MAX
+            )
         )
         results = [await self._replay(endpoint, hid, row) for row in rows]
         counts: dict[str, int] = {}

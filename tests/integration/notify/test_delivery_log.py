@@ -10,8 +10,8 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from switchboard.notify.deliveries import Attempt, DeliveryLog, DeliveryRecord
 from switchboard.store.db import Database
+from switchboard.store.notify_deliveries import Attempt, DeliveryLog, DeliveryRecord
 from switchboard.store.schema import notify_deliveries
 from tests.integration.notify.conftest import notify_env
 

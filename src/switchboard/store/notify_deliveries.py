@@ -189,6 +189,49 @@ class DeliveryLog:
         async with self.db.read() as conn:
             return int((await conn.execute(select(func.count()).select_from(notify_deliveries))).scalar_one())
 
+    async def logged(self, endpoint_id: str, delivery_id: str) -> dict[str, Any] | None:
+        """The newest notify row of ``delivery_id``, only if it belongs to ``endpoint_id`` (REQ-10):
+        what a replay is rebuilt from (notify/replay.py)."""
+        stmt = (
+            select(_D.id, _D.kind, _D.target_id, _D.subject_id, _D.type, _D.reason, _D.outcome, _D.test)
+            .where(_D.id == delivery_id, _D.endpoint_id == endpoint_id)
+            .order_by(_D.seq.desc())
+            .limit(1)
+        )
+        async with self.db.read() as conn:
+            row = (await conn.execute(stmt)).first()
+        return None if row is None else dict(row._mapping)
+
+    async def failed_since(
+        self, endpoint_id: str, hook_id: str, since_ms: int, *, types: Sequence[str], limit: int
+    ) -> list[dict[str, Any]]:
+        """The hook's notifications of ``types`` whose newest row since ``since_ms`` is failed or
+        dropped, oldest first, at most ``limit`` (one a later replay delivered is not sent again)."""
+        stmt = (
+            select(_D.seq, _D.id, _D.subject_id, _D.type, _D.reason, _D.outcome, _D.test)
+            .where(
+                _D.target_id == hook_id,
+                _D.endpoint_id == endpoint_id,
+                _D.kind == "notify",
+                _D.finished_at >= since_ms,
+            )
+            .order_by(_D.seq)
+        )
+        async with self.db.read() as conn:
+            rows = [dict(r._mapping) for r in (await conn.execute(stmt)).all()]
+        newest: dict[str, dict[str, Any]] = {}
+        first: dict[str, int] = {}
+        for r in rows:
+            first.setdefault(r["id"], r["seq"])
+            newest[r["id"]] = r
+        wanted = [
+            r
+            for r in newest.values()
+            if r["outcome"] in ("failed", "dropped") and not r["test"] and r["type"] in types
+        ]
+        wanted.sort(key=lambda r: first[r["id"]])
+        return wanted[:limit]
+
 
 class DeliveryBuffer:
     """Records waiting for the next flush of their worker; bounded."""
