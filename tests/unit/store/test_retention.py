@@ -237,6 +237,18 @@ async def test_a_sweep_behind_the_cutoff_asks_for_more_than_the_finishing_rate(d
     assert await sweeper.need(cutoff) == pytest.approx(2.0 * (1 + LAG_BOOST))
 
 
+def test_a_pace_that_trails_on_a_busy_loop_grows_its_batch() -> None:
+    pace = Pace(100, need=600.0)
+    # judged on the batch's own time the pause keeps up: 100 rows in 5 ms, a 45 ms pause is 2,000/s
+    assert pace.after(100, 0.005) == pytest.approx(0.045)
+    assert pace.batch == 100
+    # but the cycle really took 200 ms (the loop was busy): 500 rows/s against 1.5 x 600 wanted
+    pace.after(100, 0.005, achieved=500.0)
+    assert pace.batch == 200
+    pace.after(200, 0.005, achieved=1000.0)  # 1,000 rows/s: at least the 900 wanted
+    assert pace.batch == 100  # the pause was more than enough and the rate held: back down
+
+
 def test_a_backlog_drains_gently_when_little_is_finishing() -> None:
     pace = Pace(100, need=40.0)
     # 100 rows in 30 ms: the gentle pause (270 ms) still deletes 333 rows/s, more than 1.5 x 40
