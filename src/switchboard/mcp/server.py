@@ -13,6 +13,7 @@ from typing import Any
 
 from mcp.server import MCPServer
 from mcp.server.auth.routes import create_auth_routes
+from mcp.server.extension import Extension
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.subscriptions import InMemorySubscriptionBus
@@ -224,9 +225,16 @@ def call_limit(services: Services) -> WindowLimiter:
     return WindowLimiter(services.clock, limit, 60.0, shared=shared, lease=LEASE_SECONDS)
 
 
-def build_mcp(services: Services, *, extra_tools: Sequence[ToolRegistrar] = ()) -> McpSurface:
+def build_mcp(
+    services: Services,
+    *,
+    extra_tools: Sequence[ToolRegistrar] = (),
+    extensions: Sequence[Extension] = (),
+) -> McpSurface:
     """The MCP surface for one instance. Extra verbs come from ``extra_tools``: ``create_app`` passes
-    every component's registrars (``Component.mcp_tools``)."""
+    every component's registrars (``Component.mcp_tools``). ``extensions`` are SDK extensions
+    (SEP-2133; the A2A component's Tasks extension): the SDK serves their methods and advertises them
+    under ``capabilities.extensions``; the gate still authorises every call."""
     settings = services.settings
     bus = InMemorySubscriptionBus()
     # Auth: endpoint credentials always; OAuth access tokens too when a component (the web UI) has
@@ -242,6 +250,7 @@ def build_mcp(services: Services, *, extra_tools: Sequence[ToolRegistrar] = ()) 
         token_verifier=verifier,
         auth=auth,
         subscriptions=bus,
+        extensions=list(extensions),
     )
     doorbell = Doorbell(services, bus)
     tools = ToolContext(services=services, server=server, doorbell=doorbell)
