@@ -94,7 +94,13 @@ class TasksExtension(Extension):
         task_id = content.get("task_id") if isinstance(content, dict) else None
         if not isinstance(task_id, str):
             return result  # pragma: no cover - submit_work always names its task
-        record = await self._own(task_id)
+        try:
+            record = await self._own(task_id)
+        except MCPError:
+            # The todo has committed; only the read for the handle failed (a database blip). The
+            # ordinary result is a valid answer to a client that declared the extension too, and it
+            # names the task, so the work is neither lost nor sent twice.
+            return result
         return {"resultType": "task", **task_object(record, detailed=False)}
 
     # -- the methods ------------------------------------------------------------------------------
