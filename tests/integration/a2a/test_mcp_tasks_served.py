@@ -65,74 +65,84 @@ async def a2a_task(sb: Served, token: str, task_id: str) -> Any:
 
 async def test_served_submit_work_is_one_task_on_three_faces(tmp_path: Path) -> None:
     async with served(tmp_path) as sb:
-        token = await vend(sb, "producer", "submit_work,a2a_get_task")
-        other_token = await vend(sb, "other", "submit_work")
-        prod = await producer(sb, token)
-        other = await producer(sb, other_token)
-        worker = await sb.worker()
-        session = prod.client.session
-        assert TASKS in (prod.client.server_capabilities.extensions or {})
+        await three_faces(sb)
 
-        # 1. submit_work answers with a task handle, durable at once: tasks/get resolves it.
-        created = await submit(session, {"message": "deploy please", "queue": "inbox"})
-        assert isinstance(created, CreateTaskResult) and created.status == "working"
-        task_id = created.task_id
-        assert task_id.startswith("td_") and created.ttl_ms is None
-        first = await get_task(session, task_id)
-        assert first["resultType"] == "complete" and first["status"] == "working"
-        assert first["taskId"] == task_id
 
-        # 2. The worker claims it over MCP and asks: input_required, the question its statusMessage.
-        todo = await claim(worker)
-        assert todo["id"] == task_id
-        lease = todo["lease"]
-        await worker.ok("ask", {"todo_id": task_id, "lease": lease, "question": QUESTION})
-        asking = await get_task(session, task_id)
-        assert asking["status"] == "input_required" and asking["statusMessage"] == QUESTION
-        ((key, request),) = asking["inputRequests"].items()
-        assert request["method"] == "elicitation/create" and request["params"]["message"] == QUESTION
+async def test_served_submit_work_on_postgresql(tmp_path: Path, pg_url: str) -> None:
+    async with served(tmp_path, database_url=pg_url) as sb:
+        await three_faces(sb)
 
-        # 3. The producer answers with tasks/update: the worker's heartbeat has it, the task works again.
-        answer = {key: {"action": "accept", "content": {"answer": ANSWER}}}
-        assert (await update_task(session, task_id, answer))["resultType"] == "complete"
-        await update_task(session, task_id, answer)  # the same key again: a duplicate, nothing new
-        beat = await worker.ok("heartbeat", {"todo_id": task_id, "lease": lease})
-        assert [m["parts"][0]["text"] for m in beat["followups"]] == [ANSWER]
-        assert (await get_task(session, task_id))["status"] == "working"
 
-        # 4. The worker acks: completed with the result; A2A GetTask shows the same id and sequence.
-        await worker.ok("ack", {"todo_id": task_id, "lease": lease, "result": {"deployed": "release-7"}})
-        done = await get_task(session, task_id)
-        assert done["status"] == "completed"
-        assert done["result"]["structuredContent"] == {"deployed": "release-7"}
-        assert done["result"]["isError"] is False
-        seen = await a2a_task(sb, token, task_id)
-        assert seen.id == task_id and seen.status.state == TaskState.TASK_STATE_COMPLETED
-        assert int(seen.metadata["sequence"]) == done["_meta"][SEQ] > first["_meta"][SEQ]
+async def three_faces(sb: Served) -> None:
+    token = await vend(sb, "producer", "submit_work,a2a_get_task")
+    other_token = await vend(sb, "other", "submit_work")
+    prod = await producer(sb, token)
+    other = await producer(sb, other_token)
+    worker = await sb.worker()
+    session = prod.client.session
+    assert TASKS in (prod.client.server_capabilities.extensions or {})
 
-        # 5. tasks/cancel on another task: the holder's next heartbeat answers canceled.
-        second = await submit(session, {"message": "and the docs", "queue": "inbox"})
-        assert isinstance(second, CreateTaskResult)
-        held = await claim(worker)
-        assert held["id"] == second.task_id
-        assert (await cancel_task(session, second.task_id))["resultType"] == "complete"
-        refused = await worker.call("heartbeat", {"todo_id": second.task_id, "lease": held["lease"]})
-        assert refused.code == "canceled"
-        assert (await get_task(session, second.task_id))["status"] == "cancelled"
-        await cancel_task(session, second.task_id)  # ended already: still acknowledged
+    # 1. submit_work answers with a task handle, durable at once: tasks/get resolves it.
+    created = await submit(session, {"message": "deploy please", "queue": "inbox"})
+    assert isinstance(created, CreateTaskResult) and created.status == "working"
+    task_id = created.task_id
+    assert task_id.startswith("td_") and created.ttl_ms is None
+    first = await get_task(session, task_id)
+    assert first["resultType"] == "complete" and first["status"] == "working"
+    assert first["taskId"] == task_id
 
-        # 6. Another endpoint's id is not found, for every method; without the grant, refused.
-        for call in (
-            get_task(other.client.session, task_id),
-            cancel_task(other.client.session, second.task_id),
-            update_task(other.client.session, task_id, answer),
-        ):
-            with pytest.raises(MCPError) as foreign:
-                await call
-            assert foreign.value.error.code == INVALID_PARAMS and "not found" in foreign.value.error.message
-        with pytest.raises(MCPError) as ungranted:
-            await get_task(worker.client.session, task_id)
-        assert ungranted.value.error.code == INVALID_REQUEST
+    # 2. The worker claims it over MCP and asks: input_required, the question its statusMessage.
+    todo = await claim(worker)
+    assert todo["id"] == task_id
+    lease = todo["lease"]
+    await worker.ok("ask", {"todo_id": task_id, "lease": lease, "question": QUESTION})
+    asking = await get_task(session, task_id)
+    assert asking["status"] == "input_required" and asking["statusMessage"] == QUESTION
+    ((key, request),) = asking["inputRequests"].items()
+    assert request["method"] == "elicitation/create" and request["params"]["message"] == QUESTION
+
+    # 3. The producer answers with tasks/update: the worker's heartbeat has it, the task works again.
+    answer = {key: {"action": "accept", "content": {"answer": ANSWER}}}
+    assert (await update_task(session, task_id, answer))["resultType"] == "complete"
+    await update_task(session, task_id, answer)  # the same key again: a duplicate, nothing new
+    beat = await worker.ok("heartbeat", {"todo_id": task_id, "lease": lease})
+    assert [m["parts"][0]["text"] for m in beat["followups"]] == [ANSWER]
+    assert (await get_task(session, task_id))["status"] == "working"
+
+    # 4. The worker acks: completed with the result; A2A GetTask shows the same id and sequence.
+    await worker.ok("ack", {"todo_id": task_id, "lease": lease, "result": {"deployed": "release-7"}})
+    done = await get_task(session, task_id)
+    assert done["status"] == "completed"
+    assert done["result"]["structuredContent"] == {"deployed": "release-7"}
+    assert done["result"]["isError"] is False
+    seen = await a2a_task(sb, token, task_id)
+    assert seen.id == task_id and seen.status.state == TaskState.TASK_STATE_COMPLETED
+    assert int(seen.metadata["sequence"]) == done["_meta"][SEQ] > first["_meta"][SEQ]
+    assert [m.parts[0].text for m in seen.history] == ["deploy please", QUESTION, ANSWER]
+
+    # 5. tasks/cancel on another task: the holder's next heartbeat answers canceled.
+    second = await submit(session, {"message": "and the docs", "queue": "inbox"})
+    assert isinstance(second, CreateTaskResult)
+    held = await claim(worker)
+    assert held["id"] == second.task_id
+    assert (await cancel_task(session, second.task_id))["resultType"] == "complete"
+    refused = await worker.call("heartbeat", {"todo_id": second.task_id, "lease": held["lease"]})
+    assert refused.code == "canceled"
+    assert (await get_task(session, second.task_id))["status"] == "cancelled"
+    await cancel_task(session, second.task_id)  # ended already: still acknowledged
+
+    # 6. Another endpoint's id is not found, for every method; without the grant, refused.
+    for call in (
+        get_task(other.client.session, task_id),
+        cancel_task(other.client.session, second.task_id),
+        update_task(other.client.session, task_id, answer),
+    ):
+        with pytest.raises(MCPError) as foreign:
+            await call
+        assert foreign.value.error.code == INVALID_PARAMS and "not found" in foreign.value.error.message
+    with pytest.raises(MCPError) as ungranted:
+        await get_task(worker.client.session, task_id)
+    assert ungranted.value.error.code == INVALID_REQUEST
 
 
 async def test_served_submit_work_without_the_extension_and_refusals(tmp_path: Path) -> None:
