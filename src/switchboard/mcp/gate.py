@@ -162,21 +162,34 @@ class Gate:
     async def _method(
         self, ctx: ServerRequestContext[Any, Any], call_next: CallNext, grant: str
     ) -> HandlerResult:
+        """Counted as ``verb=<method>`` (a fixed set: ``METHOD_GRANTS``); a handler's JSON-RPC error
+        (an unknown task id, say) is ``code="protocol_error"``."""
+        method = ctx.method
         endpoint_id = caller_endpoint_id()
         if endpoint_id is None:
-            raise MCPError(INVALID_REQUEST, "this call is not authenticated as an endpoint")
+            raise self._refused(method, "forbidden", "this call is not authenticated as an endpoint")
         if not await self.limiter.admit(endpoint_id):
             per_minute = self.services.settings.mcp_rate_per_minute
-            raise MCPError(INVALID_REQUEST, f"over {per_minute} calls per minute; slow down and retry")
+            raise self._refused(method, "rate_limited", f"over {per_minute} calls per minute; slow down")
         endpoint = await self._endpoint()
         if endpoint is None:
-            raise MCPError(INVALID_REQUEST, "this endpoint no longer exists")
+            raise self._refused(method, "forbidden", "this endpoint no longer exists")
         access = get_access_token()
         if grant not in (effective_verbs(access, endpoint) if access is not None else endpoint.verbs):
-            raise MCPError(INVALID_REQUEST, f"the verb {grant!r} is not granted to this endpoint")
+            raise self._refused(method, "forbidden", f"the verb {grant!r} is not granted to this endpoint")
         self._capture(ctx, endpoint.id)
-        with acting_as(endpoint):
-            return await call_next(ctx)
+        try:
+            with acting_as(endpoint):
+                result = await call_next(ctx)
+        except MCPError:
+            self._count(method, "protocol_error")
+            raise
+        self._count(method, "ok")
+        return result
+
+    def _refused(self, method: str, code: str, message: str) -> MCPError:
+        self._count(method, code)
+        return MCPError(INVALID_REQUEST, message)
 
     # -- tools/list -------------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from mcp import MCPError
 from mcp_types import INVALID_PARAMS, INVALID_REQUEST, MISSING_REQUIRED_CLIENT_CAPABILITY, CallToolResult
 
 from tests.integration.a2a.test_input_required import claim
-from tests.integration.a2a.test_served import Served, served, until
+from tests.integration.a2a.test_served import Served, metric, served, until
 from tests.reliability.procs import cli
 from tests.support.mcp_client import Agent, agent
 from tests.support.secrets import reveal
@@ -143,6 +143,13 @@ async def three_faces(sb: Served) -> None:
     with pytest.raises(MCPError) as ungranted:
         await get_task(worker.client.session, task_id)
     assert ungranted.value.error.code == INVALID_REQUEST
+
+    # 7. The gate counted the methods like verbs: successes, the not-found answers, the refusal.
+    calls = "switchboard_mcp_calls_total"
+    assert await metric(sb.server, calls, verb="tasks/get", code="ok") == 5
+    assert await metric(sb.server, calls, verb="tasks/get", code="protocol_error") == 1
+    assert await metric(sb.server, calls, verb="tasks/get", code="forbidden") == 1
+    assert await metric(sb.server, calls, verb="tasks/update", code="ok") == 2
 
 
 async def test_served_submit_work_without_the_extension_and_refusals(tmp_path: Path) -> None:
