@@ -154,7 +154,7 @@ async def three_faces(sb: Served) -> None:
 
 async def test_served_submit_work_without_the_extension_and_refusals(tmp_path: Path) -> None:
     async with served(tmp_path) as sb:
-        token = await vend(sb, "producer", "submit_work")
+        token = await vend(sb, "producer", "submit_work,a2a_send_message")
         plain = await producer(sb, token, tasks=False)
         await sb.worker()
 
@@ -180,6 +180,24 @@ async def test_served_submit_work_without_the_extension_and_refusals(tmp_path: P
         assert again.structured_content["task_id"] == repeat.structured_content["task_id"]
         nowhere = await plain.call("submit_work", {"message": "lost", "queue": "nobody-drains-this"})
         assert nowhere.code == "invalid_argument"
+        # One operation under both faces: SendMessage refuses the same input with the same words.
+        send = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "SendMessage",
+            "params": {
+                "message": {
+                    "messageId": "m-lost",
+                    "role": "ROLE_USER",
+                    "parts": [{"text": "lost"}],
+                    "metadata": {"queue": "nobody-drains-this"},
+                }
+            },
+        }
+        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
+            sent = (await http.post(f"{sb.server.base_url}/a2a?A2A-Version=1.0", json=send)).json()
+        assert sent["error"]["code"] == -32602
+        assert sent["error"]["message"] == nowhere.data["message"]
 
         # submit_work is a granted verb: not in the default grant, so the worker may not call it.
         worker_calls = await sb.worker()
