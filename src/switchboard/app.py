@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -39,6 +39,8 @@ from switchboard.store.todo_retention import TodoRetention
 SERVER_PAGE_CACHE_KIB = 256  # as the notify worker processes (PAGE_CACHE_KIB)
 
 if TYPE_CHECKING:
+    from mcp.server.extension import Extension
+
     from switchboard.mcp.tools import ToolRegistrar
 
 log = get_logger("switchboard.app")
@@ -55,6 +57,13 @@ class Component(Protocol):
 
     def lifespan(self) -> Any:  # an async context manager
         ...
+
+
+@runtime_checkable
+class ExtendsMcp(Protocol):
+    """A component that also brings MCP SDK extensions (the A2A component: the Tasks extension)."""
+
+    def mcp_extensions(self) -> Sequence[Extension]: ...
 
 
 def default_components(services: Services) -> list[Component]:
@@ -88,7 +97,11 @@ def create_app(services: Services, *, components: Sequence[Component] | None = N
         ),
     )
     services.parts.add(retention)
-    mcp = build_mcp(services, extra_tools=[tool for c in components for tool in c.mcp_tools()])
+    mcp = build_mcp(
+        services,
+        extra_tools=[tool for c in components for tool in c.mcp_tools()],
+        extensions=[e for c in components if isinstance(c, ExtendsMcp) for e in c.mcp_extensions()],
+    )
     services.parts.add(mcp)
 
     async def healthz(_: Request) -> Response:

@@ -32,6 +32,9 @@ from a2a.types.a2a_pb2 import (
     TaskPushNotificationConfig,
 )
 from a2a.utils.errors import TaskNotFoundError
+from mcp import MCPError
+from mcp.client.session import ClientSession
+from mcp_types import INVALID_PARAMS
 from sqlalchemy import select
 
 from switchboard.core.clock import ManualClock
@@ -44,6 +47,7 @@ from tests.integration.web.helpers import Human, csrf_of
 from tests.support.mcp_client import Agent, agent
 from tests.support.receivers import StaticResolver, client_ssl_context
 from tests.support.server import Instance, make_settings, run_instance
+from tests.support.tasks_client import TasksClient, cancel_task, get_task, update_task
 from tests.support.world import World, make_world
 
 TENANT_TABLES = (
@@ -219,6 +223,32 @@ def a2a(call: Callable[[Tenants], Awaitable[Any]]) -> Callable[[Tenants], Awaita
     return run
 
 
+def mcp_task(
+    call: Callable[[ClientSession, str], Awaitable[Any]],
+) -> Callable[[Tenants], Awaitable[None]]:
+    """A Tasks-extension method (tasks/get, /update, /cancel) on Alice's A2A task, from a client of
+    Bob's that declared the extension: the same -32602 as for an unknown id."""
+
+    async def run(t: Tenants) -> None:
+        async with agent(t.inst.mcp_url, t.bob.token, extensions=[TasksClient()]) as tasks_agent:
+            answers = []
+            for task_id in (t.task, UNKNOWN_TODO):
+                with pytest.raises(MCPError) as caught:
+                    await call(tasks_agent.client.session, task_id)
+                answers.append((caught.value.error.code, caught.value.error.message))
+        assert answers[0] == answers[1] and answers[0][0] == INVALID_PARAMS, answers
+
+    return run
+
+
+async def submit_work_to_alice(t: Tenants) -> None:
+    sent = await t.bob_agent.call("submit_work", {"message": "hi", "queue": "inbox", "endpoint": "alice-ep"})
+    assert sent.code == "invalid_argument", sent.data
+
+
+ANSWER = {"ask-x": {"action": "accept", "content": {"answer": "x"}}}
+
+
 async def list_shows_nothing_of_alice(t: Tenants) -> None:
     todos_seen = str(await t.bob_agent.ok("list_todos"))
     hooks_seen = str(await t.bob_agent.ok("list_notify_hooks"))
@@ -355,6 +385,10 @@ TABLE: list[Row] = [
     ),
     ("ui", "remove human (not an operator)", ui(lambda t: f"/people/{t.alice.human_id}/delete", {})),
     ("ui", "invite (not an operator)", ui(lambda t: "/people/invite", {"email": "mallory@example.com"})),
+    ("mcp", "submit_work to alice's endpoint", submit_work_to_alice),
+    ("mcp-tasks", "tasks/get", mcp_task(get_task)),
+    ("mcp-tasks", "tasks/update", mcp_task(lambda s, task_id: update_task(s, task_id, ANSWER))),
+    ("mcp-tasks", "tasks/cancel", mcp_task(cancel_task)),
     ("a2a", "GetTask", a2a(lambda t: t.bob_a2a.get_task(GetTaskRequest(id=t.task)))),
     ("a2a", "CancelTask", a2a(lambda t: t.bob_a2a.cancel_task(CancelTaskRequest(id=t.task)))),
     (

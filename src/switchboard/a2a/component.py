@@ -30,7 +30,9 @@ from switchboard.a2a.fanout import Fanout
 from switchboard.a2a.gate import EndpointContextBuilder, Gate
 from switchboard.a2a.handler import Handler
 from switchboard.a2a.limits import HostLimits
+from switchboard.a2a.mcp_tasks import TasksExtension
 from switchboard.a2a.outbox import OutboxStore
+from switchboard.a2a.submit import submit_registrar
 from switchboard.a2a.tasks import A2A_SOURCE, TaskStore, may_be_task
 from switchboard.a2a.turns import Turns
 from switchboard.a2a.waiter import TaskWaiter
@@ -44,6 +46,8 @@ from switchboard.store.notify_deliveries import DeliveryLog
 from switchboard.store.transitions import Transition
 
 if TYPE_CHECKING:
+    from mcp.server.extension import Extension
+
     from switchboard.mcp.tools import ToolRegistrar
 
 log = get_logger("switchboard.a2a")
@@ -181,7 +185,11 @@ class A2AComponent:
             self.worker.wake()
 
     def mcp_tools(self) -> Sequence[ToolRegistrar]:
-        return (ask_registrar(self.turns),)
+        return (ask_registrar(self.turns), submit_registrar(self.handler))
+
+    def mcp_extensions(self) -> Sequence[Extension]:
+        """The MCP Tasks extension: a submitted todo is an MCP task too (a2a/mcp_tasks.py)."""
+        return (TasksExtension(self.handler),)
 
     def routes(self) -> Sequence[BaseRoute]:
         (rpc,) = create_jsonrpc_routes(

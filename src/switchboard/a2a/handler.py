@@ -166,6 +166,24 @@ class Handler(RequestHandler):
             raise errors.task_not_found()
         return record
 
+    async def own(self, endpoint: Endpoint, task_id: str) -> TaskRecord:
+        """The caller's task, or ``task_not_found`` (unknown and another endpoint's alike): the read
+        every face of a task uses (GetTask, and MCP's ``tasks/*``, a2a/mcp_tasks.py)."""
+        return await self._own(endpoint, task_id)
+
+    async def cancel(self, endpoint: Endpoint, task_id: str) -> TaskRecord:
+        """Cancel the caller's task: CancelTask's operation, shared with MCP's ``tasks/cancel``. The
+        todo is canceled under any claim, so its holder's next heartbeat or ack answers ``canceled``.
+        ``not_cancelable`` when it is already terminal."""
+        record = await self._own(endpoint, task_id)
+        if record.status in TERMINAL_STATUSES or record.endpoint_id is None:
+            raise errors.not_cancelable(state_name(record.status))
+        moved = await self.services.todos.cancel(record.endpoint_id, record.id)
+        record = await self._own(endpoint, task_id)
+        if moved is None:
+            raise errors.not_cancelable(state_name(record.status))
+        return record
+
     # -- tasks -------------------------------------------------------------------------------------
 
     @surface
@@ -239,15 +257,7 @@ class Handler(RequestHandler):
 
     @surface
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
-        endpoint = caller(context)
-        record = await self._own(endpoint, params.id)
-        if record.status in TERMINAL_STATUSES or record.endpoint_id is None:
-            raise errors.not_cancelable(state_name(record.status))
-        moved = await self.services.todos.cancel(record.endpoint_id, record.id)
-        record = await self._own(endpoint, params.id)
-        if moved is None:
-            raise errors.not_cancelable(state_name(record.status))
-        return task_view(record)
+        return task_view(await self.cancel(caller(context), params.id))
 
     # -- streaming (stream.py) ---------------------------------------------------------------------
 

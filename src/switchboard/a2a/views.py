@@ -153,7 +153,9 @@ def task_view(record: TaskRecord, *, history: int | None = None, artifacts: bool
         messages = messages[len(messages) - history :] if history > 0 else []
     for text in messages:
         task.history.append(message_from_json(text))
-    task.metadata.update({"queue": record.queue})
+    # The per-task sequence (the one push bodies, SSE event ids and MCP's tasks/get carry): a reader
+    # can tell which of two snapshots of the task is the later one.
+    task.metadata.update({"queue": record.queue, "sequence": record.last_seq})
     return task
 
 

@@ -60,7 +60,19 @@ A2A = VerbGroup(
     outbound_http=True,
 )
 
-GROUPS: tuple[VerbGroup, ...] = (CONSUMER, NOTIFY_HOOKS, A2A)
+# The MCP face of A2A's SendMessage (a2a/submit.py): puts work on the queue of another endpoint of the
+# same human and follows it as an MCP task (the Tasks extension). Not in the default grant: a worker's
+# credential should not be able to hand work to its siblings (docs/mcp.md, "The Tasks extension").
+# It registers no URL, so it grants no outbound HTTP call.
+PRODUCER = VerbGroup(
+    "producer",
+    "Submit work to your other endpoints",
+    "Put a todo on a queue one of your other endpoints drains (submit_work) and follow it as an MCP "
+    "task: poll it, answer the worker's questions, cancel it.",
+    ("submit_work",),
+)
+
+GROUPS: tuple[VerbGroup, ...] = (CONSUMER, NOTIFY_HOOKS, A2A, PRODUCER)
 ALL_VERBS: frozenset[str] = frozenset(v for g in GROUPS for v in g.verbs)
 DEFAULT_GRANT: tuple[str, ...] = CONSUMER.verbs
 
@@ -77,3 +89,12 @@ GRANTED_BY: dict[str, str] = {"claim_many": "claim_next", "ack_many": "ack"}
 def required_grant(verb: str) -> str:
     """The grant a verb needs: its own name, or the verb it is a batch form of (``GRANTED_BY``)."""
     return GRANTED_BY.get(verb, verb)
+
+
+# MCP request methods other than tools/call that need a verb's grant (the gate checks it): the Tasks
+# extension's, which only the endpoint that submitted the work may call on its task (a2a/mcp_tasks.py).
+METHOD_GRANTS: dict[str, str] = {
+    "tasks/get": "submit_work",
+    "tasks/update": "submit_work",
+    "tasks/cancel": "submit_work",
+}

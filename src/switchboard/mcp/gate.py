@@ -9,6 +9,10 @@
 * ``initialize`` / ``server/discover``: declare only what this server has. ``MCPServer`` always
   registers prompt handlers; Switchboard has no prompts, so the capability is dropped and
   ``prompts/*`` answer method-not-found (-32601) like any method the server does not serve.
+* ``tasks/get``, ``tasks/update``, ``tasks/cancel`` (the Tasks extension) and any other method in
+  ``core.verbs.METHOD_GRANTS``: authenticated, rate-limited like a tool call, the method's grant
+  checked, the endpoint bound for the handler; refusals are JSON-RPC errors (-32600), as these are not
+  tool calls.
 * every authenticated legacy message: remember its session for the doorbell.
 
 The SDK runs server middleware before it validates params, so this code reads ``ctx.params`` raw.
@@ -35,8 +39,8 @@ from pydantic import ValidationError
 from starlette.requests import Request
 
 from switchboard.core.ratelimit import WindowLimiter
-from switchboard.core.verbs import ALL_VERBS, required_grant
-from switchboard.mcp.auth import EndpointTokenVerifier, caller_endpoint_id
+from switchboard.core.verbs import ALL_VERBS, METHOD_GRANTS, required_grant
+from switchboard.mcp.auth import EndpointTokenVerifier, caller_endpoint_id, effective_verbs
 from switchboard.mcp.doorbell import Doorbell, doorbell_uri, resolve
 from switchboard.mcp.errors import UNAVAILABLE_MESSAGE, error_result, result_code
 from switchboard.mcp.hangups import watching
@@ -95,6 +99,8 @@ class Gate:
             return await self._listen(ctx, call_next)
         if ctx.method in UNSERVED:
             raise MCPError(METHOD_NOT_FOUND, "Method not found", ctx.method)
+        if ctx.method in METHOD_GRANTS:
+            return await self._method(ctx, call_next, METHOD_GRANTS[ctx.method])
         if ctx.method in ("initialize", "server/discover"):
             return _honest(await call_next(ctx))
         endpoint_id = caller_endpoint_id()
@@ -150,6 +156,40 @@ class Gate:
 
     def _count(self, verb: str, code: str) -> None:
         self._calls(verb, code).inc()
+
+    # -- granted methods (the Tasks extension's) ----------------------------------------------------
+
+    async def _method(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext, grant: str
+    ) -> HandlerResult:
+        """Counted as ``verb=<method>`` (a fixed set: ``METHOD_GRANTS``); a handler's JSON-RPC error
+        (an unknown task id, say) is ``code="protocol_error"``."""
+        method = ctx.method
+        endpoint_id = caller_endpoint_id()
+        if endpoint_id is None:
+            raise self._refused(method, "forbidden", "this call is not authenticated as an endpoint")
+        if not await self.limiter.admit(endpoint_id):
+            per_minute = self.services.settings.mcp_rate_per_minute
+            raise self._refused(method, "rate_limited", f"over {per_minute} calls per minute; slow down")
+        endpoint = await self._endpoint()
+        if endpoint is None:
+            raise self._refused(method, "forbidden", "this endpoint no longer exists")
+        access = get_access_token()
+        if grant not in (effective_verbs(access, endpoint) if access is not None else endpoint.verbs):
+            raise self._refused(method, "forbidden", f"the verb {grant!r} is not granted to this endpoint")
+        self._capture(ctx, endpoint.id)
+        try:
+            with acting_as(endpoint):
+                result = await call_next(ctx)
+        except MCPError:
+            self._count(method, "protocol_error")
+            raise
+        self._count(method, "ok")
+        return result
+
+    def _refused(self, method: str, code: str, message: str) -> MCPError:
+        self._count(method, code)
+        return MCPError(INVALID_REQUEST, message)
 
     # -- tools/list -------------------------------------------------------------------------------
 

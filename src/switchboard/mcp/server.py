@@ -13,6 +13,7 @@ from typing import Any
 
 from mcp.server import MCPServer
 from mcp.server.auth.routes import create_auth_routes
+from mcp.server.extension import Extension
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.subscriptions import InMemorySubscriptionBus
@@ -211,9 +212,16 @@ def tracing_installed() -> bool:
     return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
-def build_mcp(services: Services, *, extra_tools: Sequence[ToolRegistrar] = ()) -> McpSurface:
+def build_mcp(
+    services: Services,
+    *,
+    extra_tools: Sequence[ToolRegistrar] = (),
+    extensions: Sequence[Extension] = (),
+) -> McpSurface:
     """The MCP surface for one instance. Extra verbs come from ``extra_tools``: ``create_app`` passes
-    every component's registrars (``Component.mcp_tools``)."""
+    every component's registrars (``Component.mcp_tools``). ``extensions`` are SDK extensions
+    (SEP-2133; the A2A component's Tasks extension): the SDK serves their methods and advertises them
+    under ``capabilities.extensions``; the gate still authorises every call."""
     settings = services.settings
     bus = InMemorySubscriptionBus()
     # Auth: endpoint credentials always; OAuth access tokens too when a component (the web UI) has
@@ -229,6 +237,7 @@ def build_mcp(services: Services, *, extra_tools: Sequence[ToolRegistrar] = ()) 
         token_verifier=verifier,
         auth=auth,
         subscriptions=bus,
+        extensions=list(extensions),
     )
     doorbell = Doorbell(services, bus)
     tools = ToolContext(services=services, server=server, doorbell=doorbell)
@@ -239,10 +248,11 @@ def build_mcp(services: Services, *, extra_tools: Sequence[ToolRegistrar] = ()) 
     ]
     for register in registrars:
         register(server, tools)
-    if not tracing_installed():
-        # The SDK's list starts with its OpenTelemetry span middleware: a no-op until a tracer provider
-        # is installed, yet about 4% of a call's CPU (issue 30). The SDK documents dropping it from the
-        # list to opt out; tests/unit/mcp/test_tracing.py checks it is the first entry and the only span.
+    # The SDK's list starts with its OpenTelemetry span middleware: a no-op until a tracer provider is
+    # installed, yet about 4% of a call's CPU (issue 30). The SDK documents dropping it from the list to
+    # opt out; tests/unit/mcp/test_tracing.py checks it is the first entry and the only span.
+    spans = bool(server.middleware) and type(server.middleware[0]).__name__ == "OpenTelemetryMiddleware"
+    if spans and not tracing_installed():
         del server.middleware[0]
     server.middleware.append(
         Gate(
