@@ -230,6 +230,50 @@ async def test_two_instances_one_hook_no_60_second_window_holds_more_than_120(
     assert all(d > 0 for d in delivered)
 
 
+async def test_two_instances_one_hook_hold_its_own_lower_limit_together(cluster: tuple[Conf, Conf]) -> None:
+    """Issue 29: a hook whose endpoint set 10 a minute. 30 todos, half through each instance, within one
+    minute: each instance alone would send 10; the cluster sends 10 and drops 20."""
+    one, two = cluster
+    before = [await conf.metrics() for conf in (one, two)]
+    started = time.monotonic()
+    async with receiver() as rcv, tenant(one) as a:
+        hook = await a.hook(ip_url(rcv), rate_per_minute=10)
+        assert hook["rate_per_minute"] == 10
+        path = a.inbound["inbox"]
+
+        async def burst(conf: Conf, count: int) -> None:
+            async with conf.http() as http:
+                for i in range(count):
+                    r = await http.post(path, json={"title": f"{conf.spec.name} limited {i}"})
+                    assert r.status_code == 202, r.text
+
+        await asyncio.gather(burst(one, 15), burst(two, 15))
+
+        async def accounted() -> list[Metrics]:
+            now = [await conf.metrics() for conf in (one, two)]
+            done = sum(
+                delta(after, earlier, NOTIFIED, type="todo.ready", outcome=outcome)
+                for after, earlier in zip(now, before, strict=True)
+                for outcome in ("delivered", "dropped", "failed")
+            )
+            return now if done >= 30 else []
+
+        left = 58 - (time.monotonic() - started)
+        after = await wait_until(accounted, timeout=left, what="every notification delivered or dropped")
+    assert time.monotonic() - started < 60  # every request lies in one 60-second window
+    assert len({r.header("webhook-id") for r in rcv.requests}) == 10
+    delivered = [
+        delta(x, b, NOTIFIED, type="todo.ready", outcome="delivered")
+        for x, b in zip(after, before, strict=True)
+    ]
+    dropped = [
+        delta(x, b, NOTIFIED, type="todo.ready", outcome="dropped")
+        for x, b in zip(after, before, strict=True)
+    ]
+    assert sum(delivered) == 10 and sum(dropped) == 20, (delivered, dropped)
+    assert all(d > 0 for d in dropped)  # both instances held to the hook's one window
+
+
 async def test_two_instances_one_endpoint_share_the_mcp_call_limit(cluster: tuple[Conf, Conf]) -> None:
     """600 calls per endpoint in any 60 s (the default), for the cluster: 800 calls, half through each
     instance, inside one minute. Each instance alone would answer its 400; the cluster answers at most

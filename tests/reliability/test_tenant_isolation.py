@@ -340,6 +340,15 @@ TABLE: list[Row] = [
             {"hook_id": UNKNOWN_HOOK, "since": "2000-01-01T00:00:00Z"},
         ),
     ),
+    (
+        "mcp",
+        "update_notify_hook",
+        mcp(
+            "update_notify_hook",
+            lambda t: {"hook_id": t.hook, "rate_per_minute": 5},
+            {"hook_id": UNKNOWN_HOOK, "rate_per_minute": 5},
+        ),
+    ),
     ("mcp+ui", "lists", list_shows_nothing_of_alice),
     ("ui", "GET endpoint card", ui(lambda t: "/endpoints/alice-ep")),
     ("ui", "presence", ui(lambda t: "/endpoints/alice-ep/presence", {"state": "out"})),

@@ -47,6 +47,7 @@ EARLIER = (
 
 # Revisions that only inspect and add what is missing: a database stamped back below one upgrades again.
 IDEMPOTENT = (
+    "hook_rate_limit",
     "retention",
     "todo_leases",
     "todo_state_indexes",

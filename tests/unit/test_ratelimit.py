@@ -124,3 +124,27 @@ def test_bad_arguments_are_refused() -> None:
         WindowLimiter(ManualClock(), 0)
     with pytest.raises(ValueError):
         WindowLimiter(ManualClock(), 1, 0)
+
+
+def test_a_per_call_limit_is_the_keys_own_and_a_lowered_one_holds_at_once() -> None:
+    """A notify hook's own rate_per_minute (issue 29): the limiter's 120 for other keys, the call's for
+    this one; lowering it keeps the key's newest admissions, so the new bound holds in the same window."""
+    clock = ManualClock(1000.0)
+    limiter = WindowLimiter(clock, 120, 60.0)
+    assert sum(limiter.allow("nh_low", 10) for _ in range(30)) == 10
+    assert sum(limiter.allow("nh_default") for _ in range(130)) == 120
+    clock.advance(1)
+    assert sum(limiter.allow("nh_busy", 50) for _ in range(50)) == 50
+    clock.advance(1)
+    assert not limiter.allow("nh_busy", 5)  # 50 in the window already: 5 admits none
+    assert limiter.wait("nh_busy") > 0
+    clock.advance(60)
+    assert sum(limiter.allow("nh_busy", 5) for _ in range(20)) == 5
+    steady = []
+    for _ in range(400):  # arrivals every half second against a limit of 10: 10 in any closed 60 s
+        clock.advance(0.5)
+        if limiter.allow("nh_steady", 10):
+            steady.append(clock.now())
+    assert busiest_window(steady, 60.0) == 10 and len(steady) == 40
+    with pytest.raises(ValueError):
+        limiter.allow("nh_low", 0)

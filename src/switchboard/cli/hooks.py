@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from switchboard.cli.base import EXIT_FAILED, CliError, Output, render_table, require_endpoint
-from switchboard.notify.errors import HookNotFound
+from switchboard.notify.errors import HookNotFound, InvalidHook
 from switchboard.notify.service import NotifyHooks, hook_service
 from switchboard.services import Services
 
@@ -25,11 +25,12 @@ async def hook_list(services: Services, args: argparse.Namespace) -> Output:
             "yes" if h["enabled"] else f"no ({h['disabled_reason'] or '-'})",
             str(h["last_status"] or "-"),
             str(h["consecutive_failures"]),
+            str(h["rate_per_minute"] or "server"),
             h["url"],
         ]
         for h in hooks
     ]
-    text = render_table(["HOOK", "ENABLED", "LAST", "FAILURES", "URL"], rows, "(no hooks)")
+    text = render_table(["HOOK", "ENABLED", "LAST", "FAILURES", "PER_MIN", "URL"], rows, "(no hooks)")
     return Output({"endpoint": endpoint.slug, "hooks": hooks}, text)
 
 
@@ -55,3 +56,25 @@ async def hook_delete(services: Services, args: argparse.Namespace) -> Output:
     except HookNotFound:
         raise _not_found(args) from None
     return Output({"deleted": args.hook_id, "endpoint": endpoint.slug}, f"deleted hook {args.hook_id}")
+
+
+async def hook_rate(services: Services, args: argparse.Namespace) -> Output:
+    """The hook's own per-minute limit (issue 29), as the endpoint's update_notify_hook sets it: 1..120,
+    or ``default`` for the server's; out of range is refused and nothing changes."""
+    endpoint = await require_endpoint(services, args.slug)
+    rate: object = None if args.rate == "default" else _int_or_text(args.rate)
+    try:
+        hook = await hook_service(services).set_rate(endpoint, args.hook_id, rate, actor="cli")
+    except HookNotFound:
+        raise _not_found(args) from None
+    except InvalidHook as err:
+        raise CliError(err.message, "invalid_argument", EXIT_FAILED) from None
+    said = hook["rate_per_minute"] or "the server's limit"
+    return Output({"hook": hook}, f"hook {hook['hook_id']}: at most {said} a minute")
+
+
+def _int_or_text(value: str) -> object:
+    try:
+        return int(value)
+    except ValueError:
+        return value

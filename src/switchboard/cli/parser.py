@@ -163,6 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
         cmd = command(hooks, name, handler, what)
         cmd.add_argument("slug", type=arg_slug, metavar="ENDPOINT")
         cmd.add_argument("hook_id", metavar="HOOK_ID")
+    cmd = command(hooks, "rate", "hook_rate", "set a hook's own per-minute limit (1-120, or default)")
+    cmd.add_argument("slug", type=arg_slug, metavar="ENDPOINT")
+    cmd.add_argument("hook_id", metavar="HOOK_ID")
+    cmd.add_argument("rate", metavar="RATE", help="1 to 120, or default (the server's limit)")
 
     work = group("todo", "list, show, requeue and cancel todos (the web console's operations)")
     cmd = command(work, "list", "todo_list", "todos, newest first, filtered")

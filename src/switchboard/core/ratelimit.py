@@ -162,40 +162,53 @@ class WindowLimiter:
         limit = max(1, int(burst if burst is not None else per_minute))
         return cls(clock, limit, 60.0 * limit / per_minute, max_keys=max_keys)
 
-    def allow(self, key: str) -> bool:
+    def allow(self, key: str, limit: int | None = None) -> bool:
         """Admit one for ``key`` if its window has room (this process's log)."""
-        return self.take(key) == 0.0
+        return self.take(key, limit) == 0.0
 
-    async def admit(self, key: str) -> bool:
+    async def admit(self, key: str, limit: int | None = None) -> bool:
         """Admit one for ``key`` if its window has room: in the shared store when there is one (every
-        process and instance on the database counts), else as :meth:`allow`."""
+        process and instance on the database counts), else as :meth:`allow`. ``limit``: this key's own
+        limit for this call (a notify hook's ``rate_per_minute``), else the limiter's."""
+        cap = self._limit(limit)
         shared = self.shared
         if shared is None:
-            return self.allow(key)
+            return self.allow(key, cap)
         leases = self.leases
         if leases is None:
-            return await shared.take(key, self.limit, self.window) > 0
+            return await shared.take(key, cap, self.window) > 0
         decided = leases.use(key, self.clock.now())
         if decided is not None:
             return decided
 
         def take(count: int) -> Awaitable[int]:
-            return shared.take(key, self.limit, self.window, count=count, hold=leases.hold)
+            return shared.take(key, cap, self.window, count=count, hold=leases.hold)
 
         return await leases.refill(key, self.clock, take)
 
-    def take(self, key: str) -> float:
+    def _limit(self, limit: int | None) -> int:
+        if limit is None:
+            return self.limit
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        return limit
+
+    def take(self, key: str, limit: int | None = None) -> float:
         """Admit one for ``key`` and return 0.0, or admit nothing and return the seconds until the
-        window has room again."""
+        window has room again. ``limit`` as in :meth:`admit`: when a key's limit changes, its log is
+        rebuilt with the new length, keeping its newest admissions, so a lower limit holds at once."""
+        cap = self._limit(limit)
         now = self.clock.now()
         self._forget_idle(now)
         times = self._log.get(key)
         if times is None:
-            times = self._log[key] = deque(maxlen=self.limit)
+            times = self._log[key] = deque(maxlen=cap)
         elif times and times[-1] > now:  # the clock stepped back: move this key's history with it
             step = times[-1] - now
-            times = self._log[key] = deque((t - step for t in times), maxlen=self.limit)
-        if len(times) == self.limit:
+            times = self._log[key] = deque((t - step for t in times), maxlen=cap)
+        elif times.maxlen != cap:
+            times = self._log[key] = deque(times, maxlen=cap)  # keeps the newest ``cap``
+        if len(times) == cap:
             wait = times[0] + self.window - now
             if wait >= 0:
                 return max(wait, 1e-9)  # the oldest is still inside the closed window: no room
@@ -210,7 +223,7 @@ class WindowLimiter:
         leaves a full key out of its next claim instead of dropping its work."""
         now = self.clock.now()
         times = self._log.get(key)
-        if times is None or len(times) < self.limit:
+        if times is None or len(times) < (times.maxlen or self.limit):
             return 0.0
         oldest = times[0] - max(0.0, times[-1] - now)  # as take() would see it after a clock step back
         if now - oldest > self.window:

@@ -83,7 +83,13 @@ def unknown_verbs(verbs: list[str] | tuple[str, ...]) -> list[str]:
 
 # Verbs that are batch or combined forms of a grantable verb: they need that verb's grant and add no
 # grant name of their own (an endpoint granted ``claim_next`` may claim several at once).
-GRANTED_BY: dict[str, str] = {"claim_many": "claim_next", "ack_many": "ack"}
+# ``update_notify_hook`` changes only what create sets (a hook's own, lower rate limit: issue 29), so
+# the grant to create a hook covers it; it can only make fewer outbound calls, never more.
+GRANTED_BY: dict[str, str] = {
+    "claim_many": "claim_next",
+    "ack_many": "ack",
+    "update_notify_hook": "create_notify_hook",
+}
 
 
 def required_grant(verb: str) -> str:

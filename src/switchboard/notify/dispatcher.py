@@ -34,6 +34,7 @@ from switchboard.notify.droplog import DropLog
 from switchboard.notify.fairness import OwnerFairness
 from switchboard.notify.flow import Flow
 from switchboard.notify.health import HealthRecorder
+from switchboard.notify.hook_model import effective_limit
 from switchboard.notify.intake import Intake, hooks_granted, limit_key
 from switchboard.notify.notification import Notification, Signer, probe_result
 from switchboard.notify.outcomes import Outcomes
@@ -175,7 +176,8 @@ class Dispatcher:
         if hook is None:
             self.outcomes.end(n, "dropped", "hook_disabled")
             return probe_result(n)
-        if not await self.intake.limiter.admit(limit_key(hook_id)):
+        limit = effective_limit(hook.rate_per_minute, self.intake.rate)
+        if not await self.intake.limiter.admit(limit_key(hook_id), limit):
             self.outcomes.end(n, "dropped", "rate_limited")
             return probe_result(n)
         n.attempts = 1
@@ -222,7 +224,7 @@ class Dispatcher:
         if url is None:
             return {"notification_id": nid, "error": "hook_unavailable"}
         n = replays.replayed(request, owner_id=endpoint.human_id, url=url, body=body)
-        await self.intake.offer(n)
+        await self.intake.offer(n, match.hook.limit(self.intake.rate))
         log.info("notify replay offered", hook_id=hook_id, notification_id=nid, outcome=n.outcome)
         return {"notification_id": nid, "queued": n.outcome is None, "dropped": n.detail}
 

@@ -23,6 +23,12 @@ AUTOMATIC_DISABLES = frozenset({"consecutive_failures"})
 NOTIFICATION_IDS_LOGGED = 32  # a fold's health-write failure names at most this many notification ids
 
 
+def effective_limit(own: int | None, server: int) -> int:
+    """A hook's per-minute limit: its endpoint's choice when set (1..120), capped by the server's
+    ``SWITCHBOARD_NOTIFY_RATE_PER_MINUTE`` (SPEC-0024's 120); NULL is the server's."""
+    return server if own is None else max(1, min(own, server))
+
+
 @dataclass(frozen=True, slots=True)
 class Hook:
     id: str
@@ -39,6 +45,7 @@ class Hook:
     disabled_at: int | None
     created_at: int
     rotating_until: int | None
+    rate_per_minute: int | None = None  # the endpoint's own limit (1..120); None: the server's (issue 29)
 
     @classmethod
     def from_row(cls, row: Row[Any]) -> Hook:
@@ -57,7 +64,12 @@ class Hook:
             disabled_at=row.disabled_at,
             created_at=row.created_at,
             rotating_until=row.prev_secret_expires_at,
+            rate_per_minute=row.rate_per_minute,
         )
+
+    def limit(self, server: int) -> int:
+        """This hook's per-minute limit: its own when set, never above the server's."""
+        return effective_limit(self.rate_per_minute, server)
 
     def effective_queues(self, scope_queues: Sequence[str]) -> list[str]:
         """REQ-1: the hook's queues intersected with what the scope grants now; [] means all of them."""
@@ -90,6 +102,7 @@ class SendableHook:
     url: str = field(repr=False)
     secrets: tuple[str, ...] = field(repr=False)  # newest first; two during a rotation grace
     consecutive_failures: int = 0  # as stored: outcomes not yet written are the dispatcher's to add
+    rate_per_minute: int | None = None  # the hook's own limit, as stored (a test send is counted by it)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,8 @@ bounded queue the workers take from.
   order, goes through the same rules as alone (REQ-1, REQ-6, REQ-9). Nothing read for one batch is kept
   for the next.
 * The per-hook limit is a ceiling (``switchboard.core.ratelimit.WindowLimiter``): no 60 s window admits
-  more than ``rate_per_minute`` notifications of one hook; the rest are dropped and counted. On
+  more than ``rate_per_minute`` notifications of one hook (the hook's own limit when its endpoint set a
+  lower one, issue 29); the rest are dropped and counted. On
   PostgreSQL the window is held in the database, so it is one window for the whole cluster.
 * One bounded queue per instance (REQ-7). Full: the notification is dropped and counted, and a warning
   names the hook (never the URL); sustained overflow coalesces warnings per reason per window.
@@ -69,7 +70,8 @@ class Intake:
         self.outcomes, self.flow = outcomes, flow
         self.queue: asyncio.Queue[Notification] = asyncio.Queue(maxsize=queue_size)
         # On PostgreSQL the window is shared (store/windows.py): it holds for every instance and process.
-        self.limiter = WindowLimiter(clock, max(1, int(rate_per_minute)), RATE_WINDOW, shared=shared)
+        self.rate = max(1, int(rate_per_minute))  # the server's; a hook's own is lower (Hook.limit)
+        self.limiter = WindowLimiter(clock, self.rate, RATE_WINDOW, shared=shared)
         flow.holds_nothing_when(self.queue.empty)
 
     async def on_transitions(self, batch: Sequence[Transition]) -> None:
@@ -119,7 +121,8 @@ class Intake:
                         body=body,
                         url=url,
                         reason="created" if t.transition == "created" else "requeued",
-                    )
+                    ),
+                    hook.limit(self.rate),
                 )
 
     def _open_url(self, hook_id: str, sealed: bytes, todo_id: str | None) -> str | None:
@@ -177,11 +180,14 @@ class Intake:
                     body=body,
                     url=url,
                     reason=reason,
-                )
+                ),
+                hook.limit(self.rate),
             )
 
-    async def offer(self, n: Notification) -> None:
-        if not await self.limiter.admit(limit_key(n.hook_id)):
+    async def offer(self, n: Notification, limit: int) -> None:
+        """Admit ``n`` through its hook's window at ``limit`` (the hook's own, as read with it), then
+        queue it; a refusal is a ``rate_limited`` drop."""
+        if not await self.limiter.admit(limit_key(n.hook_id), limit):
             self.outcomes.dropped(n, "rate_limited")
             return
         self.put(n)

@@ -9,6 +9,7 @@ from pydantic import Field
 
 from switchboard.mcp.tools import ToolContext, VerbError, current_endpoint
 from switchboard.notify.errors import HookError
+from switchboard.notify.hook_rate import MAX_RATE, MIN_RATE
 
 if TYPE_CHECKING:
     from switchboard.notify.service import NotifyHooks
@@ -16,6 +17,15 @@ if TYPE_CHECKING:
 OUTBOUND = " Grants outbound HTTP: Switchboard will POST to the URL you register."
 
 HookId = Annotated[str, Field(min_length=1, max_length=64, description="A hook id from create or list.")]
+Rate = Annotated[
+    int | None,
+    Field(
+        ge=MIN_RATE,
+        le=MAX_RATE,
+        description=f"Most notifications of this hook per minute, {MIN_RATE} to {MAX_RATE}; null: the "
+        f"server's limit ({MAX_RATE} by default).",
+    ),
+]
 
 
 def registrar(verbs: NotifyHooks) -> Any:
@@ -30,13 +40,25 @@ def registrar(verbs: NotifyHooks) -> Any:
             ignore_presence: Annotated[
                 bool, Field(description="Fire even while you are clocked out (on-demand dispatchers).")
             ] = False,
+            rate_per_minute: Rate = None,
         ) -> dict[str, Any]:
             """Register an HTTPS URL that Switchboard calls, signed (Standard Webhooks), when one of your
-            todos becomes ready. Returns {hook_id, url, queues, ignore_presence, enabled, signing_secret};
-            the secret is shown only here. Errors: invalid_argument (URL refused; the message names the
-            reason), ceiling_exceeded, forbidden."""
+            todos becomes ready. Returns {hook_id, url, queues, ignore_presence, enabled,
+            rate_per_minute, signing_secret}; the secret is shown only here. rate_per_minute (1 to 120)
+            lowers this hook's limit; beyond it, notifications are dropped (the todos stay claimable).
+            Errors: invalid_argument (URL refused; the message names the reason), ceiling_exceeded,
+            forbidden."""
             try:
-                return await verbs.create(current_endpoint(), url, queues, ignore_presence)
+                return await verbs.create(current_endpoint(), url, queues, ignore_presence, rate_per_minute)
+            except HookError as err:
+                raise VerbError(err.code, err.message) from None  # type: ignore[arg-type]
+
+        async def update_notify_hook(hook_id: HookId, rate_per_minute: Rate) -> dict[str, Any]:
+            """Set this hook's own per-minute limit, 1 to 120, or null for the server's (120 by
+            default); it holds from the next notification on. Returns the hook as list_notify_hooks
+            shows it. Needs the create_notify_hook grant. Errors: invalid_argument, not_found."""
+            try:
+                return await verbs.set_rate(current_endpoint(), hook_id, rate_per_minute)
             except HookError as err:
                 raise VerbError(err.code, err.message) from None  # type: ignore[arg-type]
 
@@ -98,6 +120,7 @@ def registrar(verbs: NotifyHooks) -> Any:
             delete_notify_hook,
             resend_notification,
             recover_notify_hook,
+            update_notify_hook,
         ):
             tc.add_tool(fn, name=fn.__name__, description=(fn.__doc__ or "").strip() + OUTBOUND)
 

@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from switchboard.notify import replay as replays
 from switchboard.notify.errors import CeilingExceeded, HookNotFound, InvalidHook
+from switchboard.notify.hook_rate import checked_rate
 from switchboard.notify.store import Hook, HookStore
+from switchboard.notify.store_rate import set_rate
 from switchboard.obs.audit import audit
 from switchboard.push import TargetRejected, Validator
 from switchboard.store.accounts import QUEUE, Endpoint
@@ -42,6 +44,7 @@ def hook_view(hook: Hook) -> dict[str, Any]:
         "disabled_at": _iso_ms(hook.disabled_at),
         "created_at": _iso_ms(hook.created_at),
         "previous_secret_valid_until": _iso_ms(hook.rotating_until),
+        "rate_per_minute": hook.rate_per_minute,  # null: the server's limit (SPEC-0024's 120)
     }
 
 
@@ -72,13 +75,19 @@ class NotifyHooks:
         self.tester: Tester | None = None
 
     async def create(
-        self, endpoint: Endpoint, url: object, queues: object = None, ignore_presence: object = False
+        self,
+        endpoint: Endpoint,
+        url: object,
+        queues: object = None,
+        ignore_presence: object = False,
+        rate_per_minute: object = None,
     ) -> dict[str, Any]:
         if not isinstance(url, str) or not url:
             raise InvalidHook("url must be a non-empty string")
         wanted = _queues(queues, endpoint)
         if not isinstance(ignore_presence, bool):
             raise InvalidHook("ignore_presence must be true or false")
+        rate = checked_rate(rate_per_minute)
         if self.ceiling <= 0:
             raise CeilingExceeded("notify hooks are disabled on this server (ceiling 0)")
         if await self.store.count(endpoint.id) >= self.ceiling:
@@ -88,7 +97,7 @@ class NotifyHooks:
             await self.validator.check(url)
         except TargetRejected as err:
             raise InvalidHook(f"url refused ({err.reason}): {err}") from None
-        hook, secret = await self.store.create(endpoint.id, url, wanted, ignore_presence, self.ceiling)
+        hook, secret = await self.store.create(endpoint.id, url, wanted, ignore_presence, self.ceiling, rate)
         audit("hook.create", actor=endpoint.id, endpoint_id=endpoint.id, hook_id=hook.id)
         return {
             "hook_id": hook.id,
@@ -96,8 +105,26 @@ class NotifyHooks:
             "queues": list(hook.queues),
             "ignore_presence": hook.ignore_presence,
             "enabled": hook.enabled,
+            "rate_per_minute": hook.rate_per_minute,
             "signing_secret": secret,
         }
+
+    async def set_rate(
+        self, endpoint: Endpoint, hook_id: object, rate_per_minute: object, *, actor: str | None = None
+    ) -> dict[str, Any]:
+        """The hook's own per-minute limit, 1..120, or None for the server's (issue 29); a value out of
+        range is refused and nothing changes. Holds from the next notification on."""
+        hid = _hook_id(hook_id)
+        rate = checked_rate(rate_per_minute)
+        hook = await set_rate(self.store.db, self.store.clock, endpoint.id, hid, rate)
+        audit(
+            "hook.rate",
+            actor=actor or endpoint.id,
+            endpoint_id=endpoint.id,
+            hook_id=hid,
+            rate_per_minute=rate,
+        )
+        return hook_view(hook)
 
     async def list(self, endpoint: Endpoint) -> dict[str, Any]:
         hooks = await self.store.list_for_endpoint(endpoint.id)

@@ -109,6 +109,7 @@ _SENDABLE_MANY = select(
     _H.prev_secret_enc,
     _H.prev_secret_expires_at,
     _H.consecutive_failures,
+    _H.rate_per_minute,
 ).where(_H.id.in_(bindparam("p_hook_ids", expanding=True)), _H.enabled.is_(True))
 
 
@@ -260,7 +261,13 @@ class HookStore(HookHealth):
     disable, and the dispatcher's reads (matching, ``sendable``)."""
 
     async def create(
-        self, endpoint_id: str, url: str, queues: Sequence[str], ignore_presence: bool, ceiling: int
+        self,
+        endpoint_id: str,
+        url: str,
+        queues: Sequence[str],
+        ignore_presence: bool,
+        ceiling: int,
+        rate_per_minute: int | None = None,
     ) -> tuple[Hook, str]:
         """Insert a hook and mint its secret; returns the secret (its one reveal)."""
         hook_id = new_id("nh")
@@ -289,6 +296,7 @@ class HookStore(HookHealth):
                     enabled=True,
                     secret_enc=self.envelope.seal(secret, _aad(hook_id, "secret")),
                     consecutive_failures=0,
+                    rate_per_minute=rate_per_minute,
                     created_at=now,
                     updated_at=now,
                 )
@@ -455,6 +463,7 @@ class HookStore(HookHealth):
             self.envelope.open(row.url_enc, _aad(hook_id, "url")),
             tuple(secrets),
             int(row.consecutive_failures),
+            row.rate_per_minute,
         )
 
     async def destroy_expired_secrets(self) -> int:

@@ -36,6 +36,7 @@ class SendableRow(NamedTuple):
     prev_secret_enc: bytes | None
     prev_secret_expires_at: int | None
     consecutive_failures: int
+    rate_per_minute: int | None
 
 
 SENDABLE_SQL = (

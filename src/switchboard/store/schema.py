@@ -218,6 +218,8 @@ notify_hooks = Table(
     Column("disabled_at", BigInteger, nullable=True),
     Column("created_at", BigInteger, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
+    # the endpoint's own per-minute limit, 1..120 (issue 29); NULL = the server's (SPEC-0024's 120)
+    Column("rate_per_minute", Integer, nullable=True),
 )
 
 # The delivery log (issue 19): one row per finished notification (notify hook or A2A push), written in

@@ -288,6 +288,15 @@ BAD: dict[str, Bad] = {
     "todo-bad-state": Bad("todo list --state lost", 2, "usage", ("--state", "lost")),
     "hook-unknown-endpoint": Bad("hook list nope", 1, "not_found", ("nope",)),
     "hook-unknown-hook": Bad("hook disable ep nh_00000000000000000000000000", 1, "not_found", ("no hook",)),
+    "hook-rate-too-high": Bad(
+        "hook rate ep nh_00000000000000000000000000 121", 1, "invalid_argument", ("rate_per_minute", "120")
+    ),
+    "hook-rate-not-a-number": Bad(
+        "hook rate ep nh_00000000000000000000000000 fast", 1, "invalid_argument", ("rate_per_minute",)
+    ),
+    "hook-rate-unknown-hook": Bad(
+        "hook rate ep nh_00000000000000000000000000 5", 1, "not_found", ("no hook",)
+    ),
     "revoke-unknown-endpoint": Bad("endpoint revoke-token nope", 1, "not_found", ("nope",)),
     "rotate-unknown-source": Bad("source rotate-secret nope", 1, "not_found", ("nope",)),
 }

@@ -157,7 +157,8 @@ async def test_every_verb_has_an_output_schema_and_explicit_annotations(inst: In
     a = await vend(inst, "agent-a", verbs=[*DEFAULT_GRANT, *NOTIFY_HOOKS.verbs])
     async with connect(inst, a.token, mode="legacy") as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
-    batch = {"claim_many", "ack_many"}  # on the claim_next and ack grants (verbs.required_grant)
+    # on the claim_next, ack and create_notify_hook grants (verbs.required_grant)
+    batch = {"claim_many", "ack_many", "update_notify_hook"}
     assert set(tools) == {*DEFAULT_GRANT, *NOTIFY_HOOKS.verbs, *batch, "whoami", "subscribe_doorbell"}
     assert {required_grant(name) for name in set(tools) - {"whoami", "subscribe_doorbell"}} <= ALL_VERBS
     for name, tool in tools.items():

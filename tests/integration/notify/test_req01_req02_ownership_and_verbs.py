@@ -71,7 +71,16 @@ async def test_create_reveals_the_secret_once(env: Env) -> None:
     created = await agent_a.ok("create_notify_hook", {"url": "https://dispatch.example.com/sb"})
     assert created["signing_secret"].startswith("whsec_")
     assert created["url"] == "https://dispatch.example.com/sb"
-    assert set(created) == {"hook_id", "url", "queues", "ignore_presence", "enabled", "signing_secret"}
+    # REQ-2's fields, plus the hook's own per-minute limit (issue 29; null: the server's)
+    assert set(created) == {
+        "hook_id",
+        "url",
+        "queues",
+        "ignore_presence",
+        "enabled",
+        "signing_secret",
+        "rate_per_minute",
+    }
     listed = await agent_a.ok("list_notify_hooks")
     (hook,) = listed["hooks"]
     assert hook["hook_id"] == created["hook_id"]

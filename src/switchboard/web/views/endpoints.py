@@ -168,6 +168,7 @@ async def card(v: Visit, *, notice: dict[str, Any] | None = None) -> Response:
         notice=notice,
         hooks_enabled=notify is not None,
         hook_ceiling=notify.verbs.ceiling if notify else 0,
+        hook_rate=int(v.web.services.settings.notify_rate_per_minute),
         todos=todos,
         counts=counts,
         grants=grants,
