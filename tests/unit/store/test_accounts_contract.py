@@ -4,6 +4,8 @@ and a refused vend (taken slug, the per-human cap, bad input) stores nothing."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from sqlalchemy import select
 
@@ -170,3 +172,27 @@ async def test_humans_refuse_bad_input_and_check_passwords(database: Database, c
     assert await accounts.check_password("ann@example.test", PASSWORD + "!") is None
     assert await accounts.check_password("nobody@example.test", PASSWORD) is None
     assert [h.id for h in await accounts.list_humans()] == [ann]
+
+
+async def test_racing_vends_keep_the_cap_and_the_slug_unique(database: Database, clock: ManualClock) -> None:
+    """Vends at once (PostgreSQL: separate connections and transactions) count against the cap once
+    each and take a slug once; every loser gets the store's Conflict, never a driver error."""
+    accounts = AccountStore(database, clock, endpoints_per_human=3)
+    ann = await accounts.create_human("ann@example.test", PASSWORD)
+    bob = await accounts.create_human("bob@example.test", PASSWORD)
+    capped = await asyncio.gather(
+        *(accounts.vend_endpoint(ann, f"a{i}", ["inbox"], ["claim"]) for i in range(8)),
+        return_exceptions=True,
+    )
+    assert sum(not isinstance(r, BaseException) for r in capped) == 3
+    assert all(isinstance(r, Conflict) for r in capped if isinstance(r, BaseException))
+    assert await _count(database, ann) == 3
+    same = await asyncio.gather(
+        *(accounts.vend_endpoint((ann, bob)[i % 2], "shared", ["inbox"], ["claim"]) for i in range(6)),
+        return_exceptions=True,
+    )
+    won = [r for r in same if not isinstance(r, BaseException)]
+    assert len(won) == 1 and all(isinstance(r, Conflict) for r in same if isinstance(r, BaseException))
+    assert await accounts.endpoint_by_slug("shared") == won[0][0]
+    assert won[0][0].human_id == bob  # ann is at her cap: only bob's vends could take it
+    assert await _count(database) == 4
