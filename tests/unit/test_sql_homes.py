@@ -76,10 +76,6 @@ READ_ALLOW: dict[tuple[str, str], str] = {
         "store/notify_hooks_sqlite.py",
         "endpoints",
     ): "the same matching read, as SQLite text (see store/notify_hooks.py's entry)",
-    ("store/admin.py", "notify_hooks"): (
-        "the delete confirmation counts the endpoint's hooks; store/ sits below notify/, so calling the "
-        "hooks home from here would make the store layer depend on a feature"
-    ),
     ("store/console.py", "todos"): (
         "the console's read model: the human's todos joined to their endpoints (scope, slug) in one paged "
         "statement; either home taking it would read the other's table"

@@ -1,5 +1,5 @@
-"""Reads of ``notify_hooks`` other parts show, in the table's home: the counts the web pages show,
-and a hook's owner, which an operator event names (switchboard.operator). Each takes what its caller
+"""Reads of ``notify_hooks`` other parts show, in the table's home: the counts the web pages and the
+endpoint delete confirmation (store/admin.py) show, and a hook's owner, which an operator event names (switchboard.operator). Each takes what its caller
 has (a connection in a page's read, or the database), so no caller builds SQL of its own."""
 
 from __future__ import annotations
@@ -21,6 +21,12 @@ async def count_hooks(conn: AsyncConnection, *, disabled: bool = False) -> int:
     """Every hook of the instance (``disabled``: only the disabled ones)."""
     stmt = select(func.count()).select_from(notify_hooks)
     return int((await conn.execute(stmt.where(_H.enabled.is_(False)) if disabled else stmt)).scalar_one())
+
+
+async def count_for_endpoint(conn: AsyncConnection, endpoint_id: str) -> int:
+    """One endpoint's hooks (what its delete confirmation names)."""
+    stmt = select(func.count()).select_from(notify_hooks).where(_H.endpoint_id == endpoint_id)
+    return int((await conn.execute(stmt)).scalar_one())
 
 
 async def hook_counts(conn: AsyncConnection, endpoint_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
