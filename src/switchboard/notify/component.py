@@ -16,12 +16,12 @@ from switchboard.notify.dispatcher import Dispatcher
 from switchboard.notify.mcp import registrar
 from switchboard.notify.process import WORKER_COMMAND, RemoteDispatcher
 from switchboard.notify.service import hook_service
-from switchboard.notify.store_owner import hook_owner
 from switchboard.obs.logs import get_logger
 from switchboard.operator.sink import HOOK_DISABLED
 from switchboard.process.tasks import cancel_and_wait
 from switchboard.services import Services
 from switchboard.store.notify_deliveries import DeliveryLog
+from switchboard.store.notify_hook_counts import hook_owner
 
 if TYPE_CHECKING:
     from switchboard.mcp.tools import ToolRegistrar

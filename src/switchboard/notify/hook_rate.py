@@ -1,5 +1,5 @@
 """A hook's own per-minute limit (issue 29): the bound every face checks (the write is
-:func:`switchboard.notify.store_rate.set_rate`, in the table's home).
+:func:`switchboard.notify.store.set_rate` on :func:`switchboard.store.notify_hooks.update_rate`).
 
 Why a limit of its own: SPEC-0024's 120 per minute is a ceiling the server keeps for every receiver; an
 endpoint whose receiver takes less (a small CI runner, a rate-limited chat relay) may ask for fewer, never

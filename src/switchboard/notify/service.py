@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from switchboard.notify import replay as replays
 from switchboard.notify.errors import CeilingExceeded, HookNotFound, InvalidHook
 from switchboard.notify.hook_rate import checked_rate
-from switchboard.notify.store import Hook, HookStore
-from switchboard.notify.store_rate import set_rate
+from switchboard.notify.store import Hook, HookStore, set_rate
 from switchboard.obs.audit import audit
 from switchboard.push import TargetRejected, Validator
 from switchboard.store.accounts import QUEUE, Endpoint

@@ -20,13 +20,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from switchboard.core.clock import Clock, ms
 from switchboard.core.ids import new_id
-from switchboard.store import accounts, oauth, todo_queries, web_sessions
+from switchboard.store import accounts, notify_hook_counts, oauth, todo_queries, web_sessions
 from switchboard.store import sources as source_store
 from switchboard.store.accounts import EMAIL
 from switchboard.store.changes import EndpointChanges, announce
 from switchboard.store.db import Database
 from switchboard.store.errors import Conflict, NotFound
-from switchboard.store.schema import humans, notify_hooks
+from switchboard.store.schema import humans
 from switchboard.store.schema_console import human_invites
 
 PASSWORD_MIN = 10
@@ -132,8 +132,7 @@ class AdminStore:
             return {
                 "todos": await todo_queries.count(conn, endpoint_id=endpoint_id),
                 "live_todos": await todo_queries.count(conn, endpoint_id=endpoint_id, live=True),
-                # notify/ sits above store/: its hook home cannot be called from here (test_sql_homes.py)
-                "hooks": await _count(conn, notify_hooks, notify_hooks.c.endpoint_id == endpoint_id),
+                "hooks": await notify_hook_counts.count_for_endpoint(conn, endpoint_id),
                 "routes": await source_store.count_routes(conn, endpoint_id=endpoint_id),
                 "connections": await oauth.count_grants(conn, endpoint_id=endpoint_id),
             }
@@ -245,13 +244,6 @@ class AdminStore:
                 )
             )
         return hid
-
-
-async def _count(conn: AsyncConnection, table: Any, *where: Any) -> int:
-    stmt = select(func.count()).select_from(table)
-    for cond in where:
-        stmt = stmt.where(cond)
-    return int((await conn.execute(stmt)).scalar_one())
 
 
 def _invite(row: Any) -> Invite:

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from switchboard.core.clock import Clock, ms
-from switchboard.notify import store as hook_store
 from switchboard.store import accounts, oauth, oauth_clients, todo_queries, web_sessions
+from switchboard.store import notify_hook_counts as hook_store
 from switchboard.store import sources as source_store
 from switchboard.store.db import Database
 from switchboard.store.oauth import GrantView

@@ -346,12 +346,18 @@ async def test_prepare_runs_every_health_statement_and_writes_nothing(ndb: Notif
 
 
 async def test_sqlite_text_reads_return_what_the_statements_return(ndb: NotifyDB) -> None:
-    """The dispatch path's two reads as SQLite text (notify/store_sqlite.py) against the SQLAlchemy
+    """The dispatch path's two reads as SQLite text (store/notify_hooks_sqlite.py) against the SQLAlchemy
     statements PostgreSQL runs: the same rows, columns and order, disabled hooks and unknown ids left out."""
     if not ndb.db.is_sqlite:
         pytest.skip("SQLite's text reads")
-    from switchboard.notify import store as store_module
-    from switchboard.notify.store_sqlite import MATCH_SQL, SENDABLE_SQL, MatchRow, SendableRow, ids_param
+    from switchboard.store.notify_hooks import MATCH, SENDABLE_MANY
+    from switchboard.store.notify_hooks_sqlite import (
+        MATCH_SQL,
+        SENDABLE_SQL,
+        MatchRow,
+        SendableRow,
+        ids_param,
+    )
 
     a, b = await ndb.endpoint("ep-a", ("inbox", "reviews")), await ndb.endpoint("ep-b")
     a1, a2 = await ndb.hook(a, path="/a1"), await ndb.hook(a, ("reviews",), ignore_presence=True, path="/a2")
@@ -365,11 +371,11 @@ async def test_sqlite_text_reads_return_what_the_statements_return(ndb: NotifyDB
 
     endpoints_asked = sorted([a.id, b.id, "ep_unknown"])
     hooks_asked = sorted([a1.id, a2.id, b1.id, "nh_unknown"])
-    match = await ndb.db.fetch(store_module._MATCH, {"p_endpoint_ids": endpoints_asked})
+    match = await ndb.db.fetch(MATCH, {"p_endpoint_ids": endpoints_asked})
     match_text = [MatchRow(*r) for r in await ndb.db.sqlite_fetch(MATCH_SQL, ids_param(endpoints_asked))]
     assert [plain(r) for r in match] == [plain(r) for r in match_text] and len(match) == 2
     assert list(match[0]._fields) == list(MatchRow._fields)
-    sendable = await ndb.db.fetch(store_module._SENDABLE_MANY, {"p_hook_ids": hooks_asked})
+    sendable = await ndb.db.fetch(SENDABLE_MANY, {"p_hook_ids": hooks_asked})
     sendable_text = [SendableRow(*r) for r in await ndb.db.sqlite_fetch(SENDABLE_SQL, ids_param(hooks_asked))]
     assert sorted(map(plain, sendable)) == sorted(map(plain, sendable_text)) and len(sendable) == 2
     assert list(sendable[0]._fields) == list(SendableRow._fields)

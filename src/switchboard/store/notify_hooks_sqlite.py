@@ -1,7 +1,7 @@
 """The dispatch path's two reads as SQLite text, for :meth:`Database.sqlite_fetch` (one trip to the driver's
-thread each, issue 18): matching's hooks with their endpoints, and the hooks read before attempts. The same
-columns, filters and order as ``notify.store``'s ``_MATCH`` and ``_SENDABLE_MANY`` (PostgreSQL runs those);
-the ids go in as one JSON array (``json_each``), so one text serves any number of them. Rows come back as
+thread each, issue 18): matching's hooks with their endpoints, and the hooks read before attempts. The
+same columns, filters and order as ``MATCH`` and ``SENDABLE_MANY`` in :mod:`switchboard.store.notify_hooks`
+(PostgreSQL runs those); the ids go in as one JSON array (``json_each``), so one text serves any number of them. Rows come back as
 named tuples with the labels the SQLAlchemy rows have, so the code that reads them is the same."""
 
 from __future__ import annotations
