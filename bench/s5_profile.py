@@ -65,13 +65,13 @@ ENTRY_POINTS = (
     ("attempt", "/switchboard/notify/attempts.py", "AttemptRunner.attempt (one attempt, on-loop part)"),
     (
         "sendable_rows",
-        "/switchboard/notify/store.py",
+        "/switchboard/store/notify_hooks.py",
         "HookStore.sendable_rows (one read per batch of attempts)",
     ),
     ("open_sendable", "/switchboard/notify/store.py", "HookStore.open_sendable (decrypt)"),
     (
         "record_many",
-        "/switchboard/notify/store.py",
+        "/switchboard/store/notify_hook_health.py",
         "HookStore.record_many (folded health writes, one statement)",
     ),
     ("standard_headers", "/switchboard/push/_signer.py", "standard_headers (signing)"),
