@@ -182,7 +182,7 @@ class RetentionSweeper:
 
     async def _return_space(self) -> int:
         """SQLite: the free pages back to the file, a short step at a time, paused like the batches;
-        at most ``VACUUM_STEPS`` steps per sweep (the next sweep goes on)."""
+        at most ``VACUUM_STEPS`` steps and ``VACUUM_SECONDS`` per pass (the next pass goes on)."""
         freed = 0
         started = time.monotonic()
         for _ in range(VACUUM_STEPS):
