@@ -27,6 +27,10 @@ def _iso_ms(value: int | None) -> str | None:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(value / 1000))
 
 
+# What create answers beside the secret (REQ-2's set): the first fields of hook_view.
+CREATED_FIELDS = ("hook_id", "url", "queues", "ignore_presence", "enabled", "rate_per_minute")
+
+
 def hook_view(hook: Hook) -> dict[str, Any]:
     """A hook as every API shows it: the URL redacted, health included, never a secret."""
     return {
@@ -98,15 +102,8 @@ class NotifyHooks:
             raise InvalidHook(f"url refused ({err.reason}): {err}") from None
         hook, secret = await self.store.create(endpoint.id, url, wanted, ignore_presence, self.ceiling, rate)
         audit("hook.create", actor=endpoint.id, endpoint_id=endpoint.id, hook_id=hook.id)
-        return {
-            "hook_id": hook.id,
-            "url": hook.url_display,
-            "queues": list(hook.queues),
-            "ignore_presence": hook.ignore_presence,
-            "enabled": hook.enabled,
-            "rate_per_minute": hook.rate_per_minute,
-            "signing_secret": secret,
-        }
+        view = hook_view(hook)
+        return {**{k: view[k] for k in CREATED_FIELDS}, "signing_secret": secret}
 
     async def set_rate(
         self, endpoint: Endpoint, hook_id: object, rate_per_minute: object, *, actor: str | None = None
