@@ -4,8 +4,7 @@
 from __future__ import annotations
 
 from switchboard.core.clock import ms
-from switchboard.notify.hook_model import HealthFold, HealthOutcome
-from switchboard.notify.store import HookHealth
+from switchboard.notify.store import HealthFold, HealthOutcome, HookHealth
 
 
 async def record(

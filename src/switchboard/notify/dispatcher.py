@@ -34,7 +34,6 @@ from switchboard.notify.droplog import DropLog
 from switchboard.notify.fairness import OwnerFairness
 from switchboard.notify.flow import Flow
 from switchboard.notify.health import HealthRecorder
-from switchboard.notify.hook_model import effective_limit
 from switchboard.notify.intake import Intake, hooks_granted, limit_key
 from switchboard.notify.notification import Notification, Signer, probe_result
 from switchboard.notify.outcomes import Outcomes
@@ -47,6 +46,7 @@ from switchboard.obs.metrics import Metrics
 from switchboard.operator.sink import OperatorSink
 from switchboard.push import PushError, Sender, StatusError, new_message_id, standard_headers
 from switchboard.store.notify_deliveries import DeliveryLog
+from switchboard.store.notify_hook_types import effective_limit
 from switchboard.store.presence import PresenceReturn
 from switchboard.store.todos import TodoStore
 from switchboard.store.transitions import Transition

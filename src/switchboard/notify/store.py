@@ -19,7 +19,10 @@ from switchboard.core.clock import Clock, ms
 from switchboard.core.ids import looks_like, new_id
 from switchboard.cred import Envelope
 from switchboard.notify.errors import CeilingExceeded, HookNotFound
-from switchboard.notify.hook_model import (
+from switchboard.push import mint_secret, redact_url
+from switchboard.store.db import Database
+from switchboard.store.notify_hook_health import FOLD_STATEMENT_SIZES, FOLDS_PER_STATEMENT, HookHealth
+from switchboard.store.notify_hook_types import (
     AUTOMATIC_DISABLES,
     DISABLE_AFTER,
     HUMAN_DISABLE,
@@ -31,9 +34,6 @@ from switchboard.notify.hook_model import (
     MatchedHook,
     SendableHook,
 )
-from switchboard.push import mint_secret, redact_url
-from switchboard.store.db import Database
-from switchboard.store.notify_hook_health import FOLD_STATEMENT_SIZES, FOLDS_PER_STATEMENT, HookHealth
 from switchboard.store.notify_hooks import HookRows, update_rate
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 Plain values, no SQL: the ``notify_hooks`` home (:mod:`switchboard.store.notify_hooks` and
 :mod:`switchboard.store.notify_hook_health`) reads and writes them; they live here, below the notify
-package, because that home builds them from its rows. :mod:`switchboard.notify.hook_model` re-exports them.
+package, because that home builds them from its rows. :mod:`switchboard.notify.store` re-exports them.
 """
 
 from __future__ import annotations
