@@ -284,15 +284,7 @@ class TaskRows:
             if row.status in terminal:
                 return "terminal"
             later.append(message)
-            payload = json.loads(row.payload)
-            if isinstance(payload, dict) and isinstance(payload.get("a2a"), dict):
-                payload["a2a"]["followups"] = later
-            await conn.execute(
-                update(a2a_tasks)
-                .where(a2a_tasks.c.todo_id == task_id)
-                .values(followups=json.dumps(later), input_required_at=None)
-            )
-            await todo_queries.set_payload(conn, task_id, json.dumps(payload))
+            await _store_followups(conn, task_id, row.payload, later, input_required_at=None)
             if row.input_required_at is not None and row.status == "claimed" and on_answer is not None:
                 await on_answer(conn)
         return "appended"
@@ -337,15 +329,7 @@ class TaskRows:
                 return "not_a2a"
             later: list[dict[str, Any]] = json.loads(row.followups) if row.followups else []
             later.append({**message, "contextId": row.context_id, "taskId": task_id})
-            payload = json.loads(row.payload)
-            if isinstance(payload, dict) and isinstance(payload.get("a2a"), dict):
-                payload["a2a"]["followups"] = later
-            await conn.execute(
-                update(a2a_tasks)
-                .where(a2a_tasks.c.todo_id == task_id)
-                .values(followups=json.dumps(later), input_required_at=now_ms)
-            )
-            await todo_queries.set_payload(conn, task_id, json.dumps(payload))
+            await _store_followups(conn, task_id, row.payload, later, input_required_at=now_ms)
             await on_asked(conn)
         return "asked"
 
@@ -399,3 +383,24 @@ class TaskRows:
             rows = (await conn.execute(page)).all()
             count = int((await conn.execute(total)).scalar_one())
         return [_record(r) for r in rows], count
+
+
+async def _store_followups(
+    conn: AsyncConnection,
+    task_id: str,
+    payload_text: str,
+    later: list[dict[str, Any]],
+    *,
+    input_required_at: int | None,
+) -> None:
+    """A task's follow-up messages, in its row and in its todo's payload (``a2a.followups``, what the
+    worker reads), with the task's input-required mark set (a question) or cleared (an answer)."""
+    payload = json.loads(payload_text)
+    if isinstance(payload, dict) and isinstance(payload.get("a2a"), dict):
+        payload["a2a"]["followups"] = later
+    await conn.execute(
+        update(a2a_tasks)
+        .where(a2a_tasks.c.todo_id == task_id)
+        .values(followups=json.dumps(later), input_required_at=input_required_at)
+    )
+    await todo_queries.set_payload(conn, task_id, json.dumps(payload))
