@@ -24,7 +24,7 @@ from switchboard.core.names import SLUG as SLUG
 from switchboard.obs.audit import audit
 from switchboard.store.changes import EndpointChanges, announce
 from switchboard.store.db import Database
-from switchboard.store.errors import Conflict
+from switchboard.store.errors import Conflict, NotFound
 from switchboard.store.schema import endpoints, humans
 
 TOKEN_PREFIX = "sbt_"
@@ -170,18 +170,9 @@ class AccountStore:
         actor: str | None = None,
     ) -> tuple[Endpoint, str]:
         """Create an endpoint and return its bearer token. The token is never stored or shown again."""
-        from switchboard.core.verbs import unknown_verbs
-
         if not SLUG.match(slug):
             raise ValueError("slug must be 1-64 lower-case letters, digits or dashes")
-        bad_q = [q for q in queues if not QUEUE.match(q)]
-        if not queues or bad_q:
-            raise ValueError(
-                "queues must be one or more names of lower-case letters, digits, '.', '_' or '-'"
-            )
-        bad_v = unknown_verbs(list(verbs))
-        if bad_v:
-            raise ValueError(f"unknown verbs: {', '.join(sorted(bad_v))}")
+        _check_scope(queues, verbs)
         token = mint_token()
         now = ms(self.clock.now())
         eid = new_id("ep")
@@ -261,13 +252,17 @@ class AccountStore:
         queues: Sequence[str] | None = None,
         actor: str | None = None,
     ) -> None:
+        """Replace the endpoint's verbs, queues or both. Checked here, whichever face calls: unknown
+        verbs, bad or no queues, or an unknown endpoint are refused (ValueError, NotFound) and nothing
+        changes."""
+        _check_scope(queues, verbs)
         values: dict[str, Any] = {"updated_at": ms(self.clock.now())}
         if verbs is not None:
             values["verbs"] = json.dumps(sorted(set(verbs)))
         if queues is not None:
             values["queues"] = json.dumps(sorted(set(queues)))
         async with self.db.begin() as conn:
-            await conn.execute(update(endpoints).where(endpoints.c.id == endpoint_id).values(**values))
+            await _one_updated(conn, endpoint_id, values)
             await announce(conn, endpoint_id)
         self.changes.bump(endpoint_id)
         audit(
@@ -279,28 +274,42 @@ class AccountStore:
         )
 
     async def revend_token(self, endpoint_id: str, *, actor: str | None = None) -> str:
+        """A new token for the endpoint; the old one stops at once. NotFound for an unknown endpoint."""
         token = mint_token()
+        values = {"token_hash": hash_token(token), "token_hint": token[:8], "updated_at": ms(self.clock.now())}
         async with self.db.begin() as conn:
-            await conn.execute(
-                update(endpoints)
-                .where(endpoints.c.id == endpoint_id)
-                .values(token_hash=hash_token(token), token_hint=token[:8], updated_at=ms(self.clock.now()))
-            )
+            await _one_updated(conn, endpoint_id, values)
             await announce(conn, endpoint_id)
         self.changes.bump(endpoint_id)
         audit("token.revend", actor=actor, endpoint_id=endpoint_id)
         return token
 
     async def revoke_token(self, endpoint_id: str, *, actor: str | None = None) -> None:
+        """The endpoint's token stops at once (OAuth grants are apart). NotFound for an unknown endpoint."""
+        values = {"token_hash": None, "token_hint": None, "updated_at": ms(self.clock.now())}
         async with self.db.begin() as conn:
-            await conn.execute(
-                update(endpoints)
-                .where(endpoints.c.id == endpoint_id)
-                .values(token_hash=None, token_hint=None, updated_at=ms(self.clock.now()))
-            )
+            await _one_updated(conn, endpoint_id, values)
             await announce(conn, endpoint_id)
         self.changes.bump(endpoint_id)
         audit("token.revoke", actor=actor, endpoint_id=endpoint_id)
+
+
+def _check_scope(queues: Sequence[str] | None, verbs: Sequence[str] | None) -> None:
+    """What a vend or a scope change may store (None: not being changed)."""
+    from switchboard.core.verbs import unknown_verbs
+
+    if queues is not None and (not queues or any(not QUEUE.match(q) for q in queues)):
+        raise ValueError("queues must be one or more names of lower-case letters, digits, '.', '_' or '-'")
+    bad = unknown_verbs(list(verbs)) if verbs is not None else []
+    if bad:
+        raise ValueError(f"unknown verbs: {', '.join(sorted(bad))}")
+
+
+async def _one_updated(conn: AsyncConnection, endpoint_id: str, values: dict[str, Any]) -> None:
+    """Update one endpoint's row; NotFound (the transaction rolls back) when there is none."""
+    result = await conn.execute(update(endpoints).where(endpoints.c.id == endpoint_id).values(**values))
+    if result.rowcount != 1:
+        raise NotFound(f"no endpoint {endpoint_id!r}")
 
 
 # -- statements other parts run on ``endpoints`` -----------------------------------------------------

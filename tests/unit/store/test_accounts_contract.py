@@ -13,7 +13,7 @@ from switchboard.core.clock import ManualClock
 from switchboard.store import accounts as homes
 from switchboard.store.accounts import TOKEN_PREFIX, AccountStore, hash_token
 from switchboard.store.db import Database
-from switchboard.store.errors import Conflict
+from switchboard.store.errors import Conflict, NotFound
 from switchboard.store.schema import endpoints
 
 PASSWORD = "correct-horse-battery"
@@ -94,6 +94,28 @@ async def test_rotate_replaces_the_token_and_revoke_removes_it(
     assert await _stored(database, ep.id) == (None, None)
     kept = await accounts.endpoint(ep.id)
     assert kept is not None and kept.token_hint is None and kept.queues == ("inbox",)  # the endpoint stays
+
+
+async def test_bad_scope_and_unknown_endpoints_are_refused_with_nothing_changed(
+    database: Database, clock: ManualClock
+) -> None:
+    accounts = AccountStore(database, clock)
+    human = await accounts.create_human("ann@example.test", PASSWORD)
+    ep, token = await accounts.vend_endpoint(human, "agent-a", ["inbox"], ["claim"])
+    generation = accounts.changes.generation(ep.id)
+    for scope in ({"verbs": ["claim", "launch_missiles"]}, {"queues": []}, {"queues": ["Bad Queue"]}):
+        with pytest.raises(ValueError):
+            await accounts.set_scope(ep.id, **scope)  # type: ignore[arg-type]
+    kept = await accounts.endpoint(ep.id)
+    assert kept is not None and (kept.verbs, kept.queues) == (("claim",), ("inbox",))
+    with pytest.raises(NotFound):
+        await accounts.set_scope("ep_missing", verbs=["ack"])
+    with pytest.raises(NotFound):
+        await accounts.revend_token("ep_missing")
+    with pytest.raises(NotFound):
+        await accounts.revoke_token("ep_missing")
+    assert accounts.changes.generation(ep.id) == generation  # no change was announced
+    assert await accounts.endpoint_by_token(token) == kept
 
 
 async def test_delete_removes_only_that_endpoint(database: Database, clock: ManualClock) -> None:
