@@ -117,8 +117,35 @@ def main(argv: list[str]) -> int:
     profiling = _Profiling(config.get("profile_path"))
     signal.signal(signal.SIGUSR1, profiling.start)
     signal.signal(signal.SIGUSR2, profiling.stop)
+    _gc_probe(os.environ.get("BENCH_GC_PROBE"))
     server.run()
     return 0
+
+
+def _gc_probe(path: str | None) -> None:
+    """``BENCH_GC_PROBE=FILE``: one JSON line per garbage collection of generation 2, or of any that
+    took over 2 ms (its duration and the objects the collector tracks), to tell the collector's
+    pauses from the product's own work."""
+    if not path:
+        return
+    import gc
+    import time
+
+    out = Path(path).open("a", buffering=1)  # noqa: SIM115  (open for the process's whole life)
+    began = [0.0]
+
+    def watch(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            began[0] = time.perf_counter()
+            return
+        ms = (time.perf_counter() - began[0]) * 1000.0
+        if info["generation"] == 2 or ms > 2.0:
+            line = {"t": time.monotonic(), "gen": info["generation"], "ms": round(ms, 2)}
+            if info["generation"] == 2:
+                line["objects"] = len(gc.get_objects())
+            out.write(json.dumps(line) + "\n")
+
+    gc.callbacks.append(watch)
 
 
 if __name__ == "__main__":
