@@ -7,6 +7,7 @@ pruned task answered, nothing sent."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from a2a.client import Client
@@ -15,7 +16,8 @@ from standardwebhooks import Webhook
 
 from switchboard.store.schema import notify_deliveries
 from switchboard.store.schema_a2a import a2a_tasks
-from tests.integration.a2a.conftest import A2A_VERBS, Env, message, push_config, send
+from tests.integration.a2a.conftest import A2A_VERBS, Env, a2a_env, message, push_config, send
+from tests.integration.web.helpers import Human
 from tests.support.mcp_client import Agent, agent
 from tests.support.receivers import Respond
 from tests.support.secrets import reveal
@@ -180,3 +182,66 @@ async def test_what_cannot_be_replayed_is_answered_and_nothing_is_sent(env: Env)
     assert pruned == {"notification_id": row.id, "error": "task_gone"}
     await env.settle()
     assert len(env.receiver.requests) == seen
+
+
+async def test_console_resend_and_recover(tmp_path: Path) -> None:
+    async with a2a_env(tmp_path, web=True) as env:
+        await _console(env)
+
+
+async def _console(env: Env) -> None:
+    """The endpoint card: a Resend button on each A2A delivery-log row and a Recover form on each push
+    config (POSTs with CSRF), each an audit line; another owner's card answers not found."""
+    _, client, _ = await _me(env)
+    worker = await env.worker()
+    env.receiver.behaviour = Respond(400)
+    task_id, config_id, secret = await _task_with_config(env, client)
+    await worker.ok("claim_next")
+    await env.settle()
+    (failed,) = await _log(env)
+    email = f"owner-{env.inst.port}@example.com"
+    owner = Human(env.inst, email)
+    env.stack.push_async_callback(owner.close)
+    assert (await owner.sign_in("correct horse battery")).status_code == 303
+    card = "/endpoints/client"
+    page = (await owner.http.get(card)).text
+    assert page.count('data-testid="push-resend"') == 1 and failed.id in page
+
+    env.receiver.behaviour = Respond(204)
+    r = await owner.post(f"{card}/push-deliveries/resend", {"notification": failed.id}, csrf_from=card)
+    assert r.status_code == 200 and 'data-queued="yes"' in r.text
+    await env.settle()
+    got = env.receiver.requests[-1]
+    assert got.header("webhook-id") == failed.id
+    Webhook(secret).verify(got.body, got.header_map)
+    recover = f"{card}/push-configs/{task_id}/{config_id}/recover"
+    r = await owner.post(recover, {"since": "2000-01-01T00:00:00Z"}, csrf_from=card)
+    assert r.status_code == 200 and 'data-found="0"' in r.text  # its newest row is the delivered replay
+    r = await owner.post(recover, {"since": "yesterday"}, csrf_from=card)
+    assert r.status_code == 400
+    r = await owner.http.post(f"{card}/push-deliveries/resend", data={"notification": failed.id})
+    assert r.status_code == 403  # no CSRF token: refused
+    page = (await owner.http.get(card)).text
+    assert page.count('data-reason="replay"') == 1
+
+    resends = [e for e in env.logs.events("audit") if e.get("action") == "a2a_push.resend"]
+    assert [(e["notification_id"], e["actor"], e["outcome"]) for e in resends] == [
+        (failed.id, email, "queued")
+    ]
+    recovers = [e for e in env.logs.events("audit") if e.get("action") == "a2a_push.recover"]
+    assert [(e["actor"], e["found"]) for e in recovers] == [(email, 0)]
+
+    other_id = await env.services.accounts.create_human("other@example.com", "correct horse battery")
+    await env.endpoint("theirs", human_id=other_id)
+    other = Human(env.inst, "other@example.com")
+    env.stack.push_async_callback(other.close)
+    assert (await other.sign_in("correct horse battery")).status_code == 303
+    theirs = "/endpoints/theirs"
+    r = await other.post(f"{theirs}/push-deliveries/resend", {"notification": failed.id}, csrf_from=theirs)
+    assert r.status_code == 404
+    r = await other.post(
+        f"{theirs}/push-configs/{task_id}/{config_id}/recover", {"since": "0"}, csrf_from=theirs
+    )
+    assert r.status_code == 404
+    r = await other.post(f"{card}/push-deliveries/resend", {"notification": failed.id}, csrf_from=theirs)
+    assert r.status_code == 404
