@@ -6,6 +6,7 @@ another tenant's ids not found; the endpoint card's delivery log shows the ``rep
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -21,6 +22,7 @@ from standardwebhooks import Webhook
 
 from switchboard.core.verbs import A2A, DEFAULT_GRANT
 from tests.integration.a2a.conftest import message, push_config
+from tests.integration.cli.test_call import call
 from tests.integration.web.helpers import csrf_of
 from tests.reliability.procs import ServerProcess, cli, server_env, servers
 from tests.support.mcp_client import Agent, agent
@@ -38,6 +40,7 @@ class Served:
     receiver: HTTPSReceiver
     tokens: dict[str, str]
     stack: AsyncExitStack
+    env: dict[str, str]
 
     async def agent(self, slug: str) -> Agent:
         return await self.stack.enter_async_context(agent(self.server.mcp_url, self.tokens[slug]))
@@ -116,7 +119,7 @@ async def served(tmp_path: Path, database_url: str | None = None) -> AsyncIterat
         await server.ready()
         async with AsyncExitStack() as stack:
             receiver = await stack.enter_async_context(HTTPSReceiver(ca=ca, cert_hostnames=("127.0.0.1",)))
-            yield Served(server, receiver, tokens, stack)
+            yield Served(server, receiver, tokens, stack, env)
 
 
 async def card(server: ServerProcess, slug: str) -> str:
@@ -177,10 +180,13 @@ async def _resend_and_recover(tmp_path: Path, database_url: str | None = None) -
             )
             Webhook(second_secret).verify(new.body, new.header_map)
 
-        # 3. Resend the delivered one: same webhook-id and event, a new valid signature.
+        # 3. Resend the delivered one from a shell (``switchboard call``, the endpoint's verb through the
+        #    running server): same webhook-id and event, a new valid signature.
         delivered_id = delivered.header("webhook-id")
-        one = await me.ok("resend_a2a_push", {"notification_id": delivered_id})
-        assert one["queued"] is True, one
+        token = s.tokens["client"] + "\n"
+        shell = await call(s.env, s.server.port, token, "resend_a2a_push", f"notification_id={delivered_id}")
+        assert shell.returncode == 0, shell.stderr
+        assert json.loads(shell.stdout)["queued"] is True, shell.stdout
         await until("the resent push", lambda: len(s.of(first)) >= 2)
         again = s.of(first)[1]
         assert again.header("webhook-id") == delivered_id and again.body == delivered.body
