@@ -380,6 +380,16 @@ TABLE: list[Row] = [
     ),
     (
         "ui",
+        "push config recover",
+        ui(lambda t: f"/endpoints/alice-ep/push-configs/{t.task}/{t.config}/recover", {"since": "0"}),
+    ),
+    (
+        "ui",
+        "alice push config recover via bob's card",
+        ui(lambda t: f"/endpoints/bob-ep/push-configs/{t.task}/{t.config}/recover", {"since": "0"}),
+    ),
+    (
+        "ui",
         "source quarantine",
         ui(lambda t: f"/sources/{t.alice.source.slug}/quarantine", {"quarantined": "on"}),
     ),
