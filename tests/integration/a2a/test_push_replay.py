@@ -14,6 +14,7 @@ from a2a.client import Client
 from sqlalchemy import select, update
 from standardwebhooks import Webhook
 
+from switchboard.a2a.configs import PUSH_VERB
 from switchboard.store.schema import notify_deliveries
 from switchboard.store.schema_a2a import a2a_tasks
 from tests.integration.a2a.conftest import A2A_VERBS, Env, a2a_env, message, push_config, send
@@ -171,6 +172,14 @@ async def test_what_cannot_be_replayed_is_answered_and_nothing_is_sent(env: Env)
             .where(notify_deliveries.c.id == row.id)
             .values(endpoint_id=row.endpoint_id, event_seq=row.event_seq)
         )
+
+    # The scope cut: without a2a_push_config no push goes out, a replay neither.
+    accounts = env.services.accounts
+    kept = [v for v in (*A2A_VERBS, *REPLAY) if v != PUSH_VERB]
+    await accounts.set_scope(row.endpoint_id, verbs=kept)
+    paused = await me.ok("resend_a2a_push", {"notification_id": row.id})
+    assert paused == {"notification_id": row.id, "error": "push_paused"}
+    await accounts.set_scope(row.endpoint_id, verbs=[*A2A_VERBS, *REPLAY])
 
     assert await env.a2a.configs.delete(row.endpoint_id, task_id, config_id)
     gone = await me.ok("resend_a2a_push", {"notification_id": row.id})
