@@ -349,6 +349,15 @@ TABLE: list[Row] = [
             {"hook_id": UNKNOWN_HOOK, "rate_per_minute": 5},
         ),
     ),
+    (
+        "mcp",
+        "recover_a2a_push",
+        mcp(
+            "recover_a2a_push",
+            lambda t: {"task_id": t.task, "config_id": t.config, "since": "0"},
+            {"task_id": UNKNOWN_TODO, "config_id": "no-such-config", "since": "0"},
+        ),
+    ),
     ("mcp+ui", "lists", list_shows_nothing_of_alice),
     ("ui", "GET endpoint card", ui(lambda t: "/endpoints/alice-ep")),
     ("ui", "presence", ui(lambda t: "/endpoints/alice-ep/presence", {"state": "out"})),
@@ -368,6 +377,16 @@ TABLE: list[Row] = [
         "ui",
         "alice hook recover via bob's card",
         ui(lambda t: f"/endpoints/bob-ep/hooks/{t.hook}/recover", {"since": "2000-01-01T00:00:00Z"}),
+    ),
+    (
+        "ui",
+        "push config recover",
+        ui(lambda t: f"/endpoints/alice-ep/push-configs/{t.task}/{t.config}/recover", {"since": "0"}),
+    ),
+    (
+        "ui",
+        "alice push config recover via bob's card",
+        ui(lambda t: f"/endpoints/bob-ep/push-configs/{t.task}/{t.config}/recover", {"since": "0"}),
     ),
     (
         "ui",

@@ -47,6 +47,7 @@ EARLIER = (
 
 # Revisions that only inspect and add what is missing: a database stamped back below one upgrades again.
 IDEMPOTENT = (
+    "a2a_push_replay",
     "hook_rate_limit",
     "retention",
     "todo_leases",

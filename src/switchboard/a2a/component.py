@@ -32,6 +32,8 @@ from switchboard.a2a.handler import Handler
 from switchboard.a2a.limits import HostLimits
 from switchboard.a2a.mcp_tasks import TasksExtension
 from switchboard.a2a.outbox import OutboxStore
+from switchboard.a2a.replay import PushReplay
+from switchboard.a2a.replay_mcp import replay_registrar
 from switchboard.a2a.submit import submit_registrar
 from switchboard.a2a.tasks import A2A_SOURCE, TaskStore, may_be_task
 from switchboard.a2a.turns import Turns
@@ -153,6 +155,10 @@ class A2AComponent:
             self.worker.wake if self.push_enabled else None,
         )
         self.handler.turns = self.turns
+        # Issue 29: a finished push sent again (a2a/replay.py), from MCP and the endpoint card.
+        self.replay = PushReplay(
+            services.db, self.tasks, services.clock, self.worker.wake if self.push_enabled else None
+        )
         # MCP: heartbeat's follow-ups since the claim (mcp/consumer.py); the worker's ``ask``: mcp_tools.
         services.followups_since_claim = self.tasks.followups_since_claim
         self.handler.send_wait = s.a2a_send_wait_seconds
@@ -185,7 +191,7 @@ class A2AComponent:
             self.worker.wake()
 
     def mcp_tools(self) -> Sequence[ToolRegistrar]:
-        return (ask_registrar(self.turns), submit_registrar(self.handler))
+        return (ask_registrar(self.turns), submit_registrar(self.handler), replay_registrar(self.replay))
 
     def mcp_extensions(self) -> Sequence[Extension]:
         """The MCP Tasks extension: a submitted todo is an MCP task too (a2a/mcp_tasks.py)."""

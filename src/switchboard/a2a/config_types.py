@@ -47,6 +47,7 @@ class SendableConfig:
     scheme: str | None
     credentials: str | None
     granted: bool = True  # the owning endpoint still holds a2a_push_config (read with the config)
+    owner_endpoint_id: str | None = None  # whose task it is: its delivery-log row names it (issue 29)
 
     def __repr__(self) -> str:
         return f"SendableConfig(row_id={self.row_id!r})"

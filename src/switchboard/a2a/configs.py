@@ -261,6 +261,7 @@ class ConfigStore:
             row.auth_scheme,
             open_(row.credentials_enc, "credentials"),
             PUSH_VERB in row.verbs,
+            row.owner_endpoint_id,
         )
 
     async def purge_finished(self, before_ms: int) -> int:

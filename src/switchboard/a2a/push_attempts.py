@@ -16,7 +16,7 @@ delivery at most twice, not once per attempt up to the cap.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from switchboard.a2a.config_types import SIGNING_SCHEME, SendableConfig
 from switchboard.a2a.configs import ConfigStore
@@ -132,6 +132,7 @@ class PushAttempts:
         config = await self.configs.sendable(item.config_id)
         if config is None:
             return  # deleted since: its outbox rows went with it, and no attempt may start
+        item = replace(item, endpoint_id=config.owner_endpoint_id)  # its delivery-log row names the owner
         if not config.granted:
             # The owner took a2a_push_config away from the sending endpoint: no call goes out, and the
             # delivery ends now rather than waiting for a grant that may never come (docs/a2a.md).
@@ -269,13 +270,14 @@ class PushAttempts:
                 id=item.msg_id,
                 kind="a2a",
                 target_id=item.config_id,
-                endpoint_id=None,
+                endpoint_id=item.endpoint_id,
                 subject_id=item.task_id,
                 type="a2a.push",
-                reason=None,
+                reason=item.reason,
                 outcome="delivered" if outcome == "delivered" else "failed",
                 detail=None if err is None else err.reason[:40],
                 finished_at=now,
                 attempts=tried,
+                event_seq=item.seq,  # what a replay sends again (a2a/replay.py)
             )
         )

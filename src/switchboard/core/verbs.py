@@ -48,6 +48,8 @@ NOTIFY_HOOKS = VerbGroup(
         "delete_notify_hook",
         "resend_notification",
         "recover_notify_hook",
+        "resend_a2a_push",  # issue 29: A2A pushes replayed as notifications are (a2a/replay.py)
+        "recover_a2a_push",
     ),
     outbound_http=True,
 )

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 MIGRATIONS = Path(__file__).parent / "migrations"
 # The newest migration's revision. A new migration moves it (tests/unit/store/test_migration_hashes.py
 # fails until it names the script directory's head).
-HEAD = "hook_rate_limit"
+HEAD = "a2a_push_replay"
 _MIGRATION_LOCK = 0x5B0A_2D24  # pg_advisory_lock key: one instance migrates at a time
 
 

@@ -84,6 +84,7 @@ class DeliveryRecord:
     finished_at: int
     attempts: list[Attempt] = field(default_factory=list)
     test: bool = False
+    event_seq: int | None = None  # an A2A push's task sequence number: what its replay sends again
 
     def row(self) -> dict[str, Any]:
         return {
@@ -99,6 +100,7 @@ class DeliveryRecord:
             "attempts": json.dumps([a.as_json() for a in self.attempts], separators=(",", ":")),
             "test": self.test,
             "finished_at": self.finished_at,
+            "event_seq": self.event_seq,
         }
 
 
@@ -115,6 +117,8 @@ class Delivery:
     test: bool
     finished_at: int
     attempts: tuple[dict[str, Any], ...]
+    target_id: str = ""  # the hook or the push config row
+    event_seq: int | None = None  # an A2A push's sequence number (NULL before migration 0018)
 
 
 class DeliveryLog:
@@ -145,12 +149,15 @@ class DeliveryLog:
 
     async def recent(self, endpoint_id: str, target_id: str, limit: int = SHOWN) -> list[Delivery]:
         """The newest deliveries of one hook or config, only if it belongs to ``endpoint_id`` (REQ-10)."""
-        stmt = (
-            select(notify_deliveries)
-            .where(_D.target_id == target_id, _D.endpoint_id == endpoint_id)
-            .order_by(_D.seq.desc())
-            .limit(limit)
-        )
+        return await self._shown(_D.target_id == target_id, _D.endpoint_id == endpoint_id, limit=limit)
+
+    async def recent_pushes(self, endpoint_id: str, limit: int = SHOWN) -> list[Delivery]:
+        """The newest A2A push deliveries of the endpoint's tasks (rows logged since migration 0018 name
+        the owning endpoint; older ones name none and are not shown)."""
+        return await self._shown(_D.kind == "a2a", _D.endpoint_id == endpoint_id, limit=limit)
+
+    async def _shown(self, *where: Any, limit: int) -> list[Delivery]:
+        stmt = select(notify_deliveries).where(*where).order_by(_D.seq.desc()).limit(limit)
         async with self.db.read() as conn:
             rows = (await conn.execute(stmt)).all()
         return [
@@ -164,6 +171,8 @@ class DeliveryLog:
                 test=bool(r.test),
                 finished_at=r.finished_at,
                 attempts=tuple(json.loads(r.attempts)),
+                target_id=r.target_id,
+                event_seq=r.event_seq,
             )
             for r in rows
         ]
@@ -202,19 +211,39 @@ class DeliveryLog:
             row = (await conn.execute(stmt)).first()
         return None if row is None else dict(row._mapping)
 
-    async def failed_since(
-        self, endpoint_id: str, hook_id: str, since_ms: int, *, types: Sequence[str], limit: int
-    ) -> list[dict[str, Any]]:
-        """The hook's notifications of ``types`` whose newest row since ``since_ms`` is failed or
-        dropped, oldest first, at most ``limit`` (one a later replay delivered is not sent again)."""
+    async def logged_push(self, delivery_id: str) -> dict[str, Any] | None:
+        """The newest A2A row of ``delivery_id`` (the push's webhook-id), whoever owns it: the caller
+        checks the owner through the task (a2a/replay.py), as rows before migration 0018 name none."""
         stmt = (
-            select(_D.seq, _D.id, _D.subject_id, _D.type, _D.reason, _D.outcome, _D.test)
-            .where(
-                _D.target_id == hook_id,
-                _D.endpoint_id == endpoint_id,
-                _D.kind == "notify",
-                _D.finished_at >= since_ms,
-            )
+            select(_D.id, _D.target_id, _D.endpoint_id, _D.subject_id, _D.outcome, _D.event_seq)
+            .where(_D.id == delivery_id, _D.kind == "a2a")
+            .order_by(_D.seq.desc())
+            .limit(1)
+        )
+        async with self.db.read() as conn:
+            row = (await conn.execute(stmt)).first()
+        return None if row is None else dict(row._mapping)
+
+    async def failed_since(
+        self,
+        endpoint_id: str | None,
+        hook_id: str,
+        since_ms: int,
+        *,
+        types: Sequence[str],
+        limit: int,
+        kind: str = "notify",
+    ) -> list[dict[str, Any]]:
+        """The hook's (or push config's) notifications of ``types`` whose newest row since ``since_ms``
+        is failed or dropped, oldest first, at most ``limit`` (one a later replay delivered is not sent
+        again). ``endpoint_id`` None: the caller already owns the target (an A2A config; rows logged
+        before migration 0018 name no endpoint)."""
+        where = [_D.target_id == hook_id, _D.kind == kind, _D.finished_at >= since_ms]
+        if endpoint_id is not None:
+            where.append(_D.endpoint_id == endpoint_id)
+        stmt = (
+            select(_D.seq, _D.id, _D.subject_id, _D.type, _D.reason, _D.outcome, _D.test, _D.event_seq)
+            .where(*where)
             .order_by(_D.seq)
         )
         async with self.db.read() as conn:

@@ -55,6 +55,7 @@ class Sealed:
     auth_scheme: str | None
     credentials_enc: bytes | None
     verbs: frozenset[str]  # empty when the endpoint is gone
+    owner_endpoint_id: str | None = None
 
     def __repr__(self) -> str:
         return f"Sealed(auth_scheme={self.auth_scheme!r})"
@@ -172,13 +173,16 @@ async def sealed(db: Database, row_id: str) -> Sealed | None:
         cfg.c.auth_scheme,
         cfg.c.credentials_enc,
         verbs_of(cfg.c.owner_endpoint_id).label("verbs"),
+        cfg.c.owner_endpoint_id,
     ).where(cfg.c.id == row_id)
     async with db.read() as conn:
         row = (await conn.execute(stmt)).first()
     if row is None:
         return None
     verbs = frozenset(json.loads(row.verbs)) if row.verbs is not None else frozenset()
-    return Sealed(row.url_enc, row.token_enc, row.auth_scheme, row.credentials_enc, verbs)
+    return Sealed(
+        row.url_enc, row.token_enc, row.auth_scheme, row.credentials_enc, verbs, row.owner_endpoint_id
+    )
 
 
 async def purge_finished(db: Database, before_ms: int) -> int:
@@ -201,3 +205,34 @@ async def owner_of(db: Database, row_id: str) -> tuple[str, str, str | None] | N
     )
     rows: list[Any] = await db.fetch(stmt)
     return (rows[0][0], rows[0][1], rows[0][2]) if rows else None
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A config row as a replay needs it (a2a/replay.py): whose it is and where its pushes go."""
+
+    row_id: str
+    task_id: str
+    config_id: str
+    host: str
+    owner_endpoint_id: str
+
+
+async def target(db: Database, row_id: str) -> Target | None:
+    """The config row ``row_id``; None once it is deleted (or purged with its task)."""
+    stmt = select(cfg.c.id, cfg.c.task_id, cfg.c.config_id, cfg.c.host, cfg.c.owner_endpoint_id).where(
+        cfg.c.id == row_id
+    )
+    rows: list[Any] = await db.fetch(stmt)
+    return Target(*rows[0]) if rows else None
+
+
+async def owned_target(db: Database, owner_endpoint_id: str, task_id: str, config_id: str) -> Target | None:
+    """The caller's config (task id, client config id); another endpoint's is None, like an unknown one."""
+    stmt = select(cfg.c.id, cfg.c.task_id, cfg.c.config_id, cfg.c.host, cfg.c.owner_endpoint_id).where(
+        cfg.c.task_id == task_id,
+        cfg.c.config_id == config_id,
+        cfg.c.owner_endpoint_id == owner_endpoint_id,
+    )
+    rows: list[Any] = await db.fetch(stmt)
+    return Target(*rows[0]) if rows else None

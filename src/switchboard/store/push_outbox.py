@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Row, and_, delete, exists, func, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.orm import aliased
 
@@ -45,6 +46,8 @@ class Claimed:
     claim_token: str
     last_error: str | None = None  # the reason the previous attempt failed
     created_ms: int = 0  # when the transition's push was enqueued (its commit): delivery latency's start
+    reason: str | None = None  # "replay": a resend or recover queued it (a2a/replay.py)
+    endpoint_id: str | None = None  # the config's owner, set by the attempt that read the config
 
     @classmethod
     def from_row(cls, row: Row[Any], token: str) -> Claimed:
@@ -60,6 +63,7 @@ class Claimed:
             token,
             row.last_error,
             int(row.created_at),
+            row.reason,
         )
 
 
@@ -100,6 +104,52 @@ async def enqueue(
             for config_row_id, host, msg_id in targets
         ],
     )
+
+
+async def replay(
+    db: Database,
+    *,
+    config_row_id: str,
+    task_id: str,
+    seq: int,
+    msg_id: str,
+    body: str,
+    host: str,
+    now_ms: int,
+) -> bool:
+    """Queue one finished push again (issue 29): the config's row of that sequence back to ``pending``
+    with a new attempt cycle (or a new row once the finished one was purged), the same ``msg_id``,
+    reason ``replay``. False when it is still pending (a replay in flight): nothing changes."""
+    fresh = {
+        "msg_id": msg_id,
+        "body": body,
+        "host": host,
+        "status": "pending",
+        "attempts": 0,
+        "due_at": now_ms,
+        "claim_token": None,
+        "last_status": None,
+        "last_error": None,
+        "created_at": now_ms,
+        "finished_at": None,
+        "reason": "replay",
+    }
+    mine = and_(box.c.config_id == config_row_id, box.c.seq == seq)
+    try:
+        async with db.begin() as conn:
+            done = await conn.execute(update(box).where(mine, box.c.status != "pending").values(**fresh))
+            if done.rowcount:
+                return True
+            if (await conn.execute(select(box.c.id).where(mine))).first() is not None:
+                return False
+            await conn.execute(
+                insert(box).values(
+                    id=new_id("pd"), config_id=config_row_id, task_id=task_id, seq=seq, **fresh
+                )
+            )
+    except IntegrityError:  # a concurrent replay of the same push inserted it first
+        return False
+    return True
 
 
 def pending_for(config_row_id: Any) -> Any:
@@ -160,6 +210,7 @@ class OutboxStore:
                 box.c.attempts,
                 box.c.last_error,
                 box.c.created_at,
+                box.c.reason,
             )
         )
         async with self.db.begin() as conn:

@@ -241,4 +241,6 @@ notify_deliveries = Table(
     Column("attempts", Text, nullable=False),  # JSON [{"n", "at", "status", "error", "ms"}]
     Column("test", Boolean, nullable=False, server_default=text("false")),
     Column("finished_at", BigInteger, nullable=False, index=True),
+    # An A2A push's task sequence number (migration 0018): what its replay sends again; NULL otherwise
+    Column("event_seq", BigInteger, nullable=True),
 )

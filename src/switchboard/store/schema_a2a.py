@@ -102,6 +102,7 @@ a2a_push_outbox = Table(
     Column("last_error", String(40), nullable=True),
     Column("created_at", BigInteger, nullable=False),
     Column("finished_at", BigInteger, nullable=True),
+    Column("reason", String(16), nullable=True),  # "replay": a resend or recover queued it (0018)
     UniqueConstraint("config_id", "seq"),
     Index("ix_a2a_push_outbox_due", "status", "due_at"),
     Index("ix_a2a_push_outbox_head", "config_id", "status", "seq"),

@@ -33,7 +33,7 @@ from switchboard.web.page import Web, route
 from switchboard.web.render import STATIC, Renderer
 from switchboard.web.security import SecureHeaders
 from switchboard.web.store import WebStore
-from switchboard.web.views import account, auth, consent, console, endpoints, instance, sources
+from switchboard.web.views import account, auth, consent, console, endpoints, instance, push_replay, sources
 
 if TYPE_CHECKING:
     from switchboard.mcp.tools import ToolRegistrar
@@ -109,6 +109,13 @@ class WebComponent:
                 endpoints.delete_push_config,
                 methods=post,
             ),
+            route(
+                w,
+                "/endpoints/{slug}/push-configs/{task_id}/{config_id}/recover",
+                push_replay.recover_push,
+                methods=post,
+            ),
+            route(w, "/endpoints/{slug}/push-deliveries/resend", push_replay.resend_push, methods=post),
             route(
                 w,
                 "/endpoints/{slug}/connections/{grant_id}/revoke",

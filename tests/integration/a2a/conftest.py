@@ -39,6 +39,7 @@ from switchboard.services import Services
 from switchboard.store.accounts import Endpoint
 from switchboard.store.schema import todos
 from switchboard.store.schema_a2a import a2a_push_outbox, push_notification_configs
+from switchboard.web.component import WebComponent
 from tests.support.logcapture import LogCapture
 from tests.support.mcp_client import Agent, agent
 from tests.support.receivers import HTTPSReceiver, RecordedRequest, StaticResolver, client_ssl_context
@@ -233,8 +234,10 @@ async def a2a_env(
     clock: ManualClock | None = None,
     policy: Callable[[Services], Policy] | None = None,
     human_id: str | None = None,
+    web: bool = False,
     **settings: Any,
 ) -> AsyncIterator[Env]:
+    """``web``: with the console too (the endpoint card's push controls)."""
     ca = ca or trustme.CA()
     resolver = resolver or StaticResolver({HOST: ["127.0.0.1"]})
     # Standard Webhooks verifiers compare timestamps with real time: start the manual clock at now.
@@ -252,7 +255,10 @@ async def a2a_env(
                     clock=clock,
                     resolver=resolver,
                     ssl_context=client_ssl_context(ca),
-                    components=lambda s: [A2AComponent(s, policy=policy(s) if policy else None)],
+                    components=lambda s: [
+                        A2AComponent(s, policy=policy(s) if policy else None),
+                        *([WebComponent(s)] if web else []),
+                    ],
                 )
             )
             # Entered after the instance, so it closes first: a hanging attempt ends with it.

@@ -34,6 +34,7 @@ LANDED = {
     "0015_todo_leases.py": "329cdca334f1c47550a4ce688a9c2b24a9dd15566a5b7973c7fd268633e0efb6",
     "0016_retention.py": "c2a14da778244089f6ab889ff53875817b4749b6ff47eca369f9e7343ba82efc",
     "0017_hook_rate_limit.py": "5c3b9eae7e8a72bd22940edcb0ee5370edbff2ad09d015a65efd1fe78a6b1c79",
+    "0018_a2a_push_replay.py": "822c550eced918d59a17fa0f47c87fba7ed4a7d7abe69939482eaea3d77b8f16",
 }
 
 

@@ -158,6 +158,7 @@ async def card(v: Visit, *, notice: dict[str, Any] | None = None) -> Response:
     counts = (await v.web.store.todo_counts([endpoint.id])).get(endpoint.id, {})
     a2a = a2a_of(v)
     push_configs = await a2a.configs.list_for_endpoint(endpoint.id, PUSH_CONFIGS_SHOWN + 1) if a2a else []
+    push_deliveries = await a2a.replay.deliveries.recent_pushes(endpoint.id) if a2a else []
     return v.render(
         "endpoint.html",
         title=endpoint.slug,
@@ -181,6 +182,7 @@ async def card(v: Visit, *, notice: dict[str, Any] | None = None) -> Response:
         push_configs=push_configs[:PUSH_CONFIGS_SHOWN],
         push_configs_more=len(push_configs) > PUSH_CONFIGS_SHOWN,
         push_paused=PUSH_VERB not in endpoint.verbs,
+        push_deliveries=push_deliveries,  # issue 29: with a Resend button each (views/push_replay.py)
     )
 
 
