@@ -148,3 +148,21 @@ def test_a_per_call_limit_is_the_keys_own_and_a_lowered_one_holds_at_once() -> N
     assert busiest_window(steady, 60.0) == 10 and len(steady) == 40
     with pytest.raises(ValueError):
         limiter.allow("nh_low", 0)
+
+
+def test_memory_follows_the_rate_not_a_limit_set_far_above_it() -> None:
+    """A limit of 120,000 a minute (the soak's) at 10 calls a second keeps one minute of times, not
+    120,000: the log once kept ``limit`` times per key whatever their age, and every full garbage
+    collection walked them (the soak's claim p99 rose as they grew)."""
+    clock = ManualClock(1000.0)
+    limiter = WindowLimiter(clock, 120_000, 60.0)
+    for _ in range(6000):  # ten minutes
+        assert limiter.allow("ep")
+        clock.advance(0.1)
+    assert 599 <= limiter.kept("ep") <= 601
+    tight = WindowLimiter(clock, 3, 60.0)  # and the window still holds exactly at a low limit
+    assert [tight.allow("ep") for _ in range(4)] == [True, True, True, False]
+    clock.advance(60.0)  # the first three are exactly one window old: still inside the closed window
+    assert not tight.allow("ep")
+    clock.advance(0.001)
+    assert tight.allow("ep") and tight.kept("ep") == 1

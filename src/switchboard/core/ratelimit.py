@@ -116,10 +116,13 @@ class Leases:
 class WindowLimiter:
     """At most ``limit`` admissions per key in any ``window`` seconds (a sliding log, exact).
 
-    Each key keeps the times of its last ``limit`` admissions; a new one is admitted only when the
-    oldest of them is more than ``window`` seconds old, so every closed interval of ``window`` seconds
-    holds at most ``limit``. A refusal takes nothing: what is refused does not count. Memory is at most
-    ``limit`` floats per key admitted within the last window; keys idle for a whole window are
+    Each key keeps the times of its admissions within the last ``window`` seconds, at most ``limit`` of
+    them; a new one is admitted only when fewer than ``limit`` are, so every closed interval of
+    ``window`` seconds holds at most ``limit``. A refusal takes nothing: what is refused does not count.
+    Memory is one float per admission of the last window (at most ``limit`` per key): a limit set far
+    above the real rate costs what the rate costs, not what the limit allows (kept whole, a raised MCP
+    limit's logs grew to ``limit`` floats per endpoint, and every full garbage collection walked them:
+    the soak's claim p99 rose with them, docs/benchmarks.md). Keys idle for a whole window are
     forgotten (forgetting them changes no answer). If the clock steps back, a key's times are moved
     back with it, so a step never lets more through and never blocks a key for the length of the step.
 
@@ -208,6 +211,9 @@ class WindowLimiter:
             times = self._log[key] = deque((t - step for t in times), maxlen=cap)
         elif times.maxlen != cap:
             times = self._log[key] = deque(times, maxlen=cap)  # keeps the newest ``cap``
+        horizon = now - self.window
+        while times and times[0] < horizon:  # out of every closed window from now on: never counted again
+            times.popleft()
         if len(times) == cap:
             wait = times[0] + self.window - now
             if wait >= 0:
@@ -217,6 +223,11 @@ class WindowLimiter:
         if len(self._log) > self._max_keys:
             self._log.popitem(last=False)
         return 0.0
+
+    def kept(self, key: str) -> int:
+        """How many admission times this process holds for ``key`` (what its memory costs)."""
+        times = self._log.get(key)
+        return 0 if times is None else len(times)
 
     def wait(self, key: str) -> float:
         """Seconds until ``key`` could be admitted (0.0: now), taking nothing: for a scheduler that
