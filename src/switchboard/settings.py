@@ -82,6 +82,7 @@ class Settings(BaseSettings):
 
     # A2A task surface and push notifications (docs/a2a.md; docs/configuration.md, "A2A").
     a2a_rate_per_minute: int = 600
+    a2a_streams_per_endpoint: int = Field(default=16, ge=1)  # open SSE streams (a2a/stream_cap.py)
     a2a_push_enabled: bool = True
     a2a_push_allow_cidrs: str = ""
     a2a_push_configs_per_task: int = 5

@@ -9,7 +9,7 @@ cap, and another tenant's ``initialize`` got 503 ``Too many open sessions``.
 
 The server has the default settings but for small limits, so a few requests reach them: 8 sessions for
 the instance, 2 sessions and 2 streams per endpoint, 8 MCP tool calls and 6 A2A calls per endpoint per
-minute. Every test vends endpoints of its own, so the per-endpoint windows never meet across tests. The
+minute, 2 A2A streams per endpoint. Every test vends endpoints of its own, so the per-endpoint windows never meet across tests. The
 hostile client is plain httpx (the SDK clients send one well-formed header); the victim is the official
 MCP SDK client or a2a-sdk's spelling of a raw JSON-RPC call.
 """
@@ -43,6 +43,7 @@ SPELLINGS = ("Bearer {}", "bearer {}", "BEARER {}", "BeArEr {}", "Bearer   {}", 
 MAX_SESSIONS = len(SPELLINGS) * SESSIONS_PER_ENDPOINT
 MCP_RATE = 8
 A2A_RATE = 6
+A2A_STREAMS = 2
 
 SERVER = ServerSpec(
     "limits-identity",
@@ -52,6 +53,7 @@ SERVER = ServerSpec(
         "mcp_streams_per_endpoint": 2,
         "mcp_rate_per_minute": MCP_RATE,
         "a2a_rate_per_minute": A2A_RATE,
+        "a2a_streams_per_endpoint": A2A_STREAMS,
     },
     humans=("alice", "bob"),
 )
@@ -383,3 +385,68 @@ async def test_listen_streams_are_counted_per_endpoint_whatever_the_spelling(con
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_a2a_streams_are_counted_per_endpoint_whatever_the_spelling(conf: Conf) -> None:
+    """One endpoint's two A2A streams (its cap), opened with different spellings of ``Bearer``, then a
+    third: that endpoint's oldest stream ends cleanly (its SSE body closed, not the connection cut) and
+    the other two stay open. The other endpoint's stream, opened first, is never touched."""
+    queue = unique("streams")  # drained by one endpoint of each human: a message names no endpoint
+    async with conf.human("alice") as alice:
+        greedy = await alice.vend(unique("lim"), (queue,), A2A.verbs)
+    async with conf.human("bob") as bob:
+        victim = await bob.vend(unique("lim"), (queue,), A2A.verbs)
+    version = [("a2a-version", "1.0"), ("accept", "text/event-stream")]
+    opened: dict[str, asyncio.Event] = {}
+    ended: dict[str, asyncio.Event] = {}
+    async with httpx.AsyncClient(base_url=conf.base_url, timeout=httpx.Timeout(60, read=None)) as http:
+
+        async def stream(name: str, authorization: str) -> None:
+            body = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "SendStreamingMessage",
+                "params": {
+                    "message": {
+                        "messageId": unique(f"m-{name}"),
+                        "role": "ROLE_USER",
+                        "parts": [{"text": f"stream {name}"}],
+                        "metadata": {"queue": queue},
+                    }
+                },
+            }
+            async with http.stream("POST", "/a2a", json=body, headers=[*version, *auth(authorization)]) as r:
+                assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+                async for line in r.aiter_lines():  # ends cleanly: an incomplete body raises here
+                    if line.startswith("data:") and not opened[name].is_set():
+                        assert (
+                            json.loads(line[5:])["result"]["task"]["status"]["state"]
+                            == "TASK_STATE_SUBMITTED"
+                        )
+                        opened[name].set()
+            ended[name].set()
+
+        tasks = []
+        for name, authorization in (
+            ("victim", f"Bearer {victim}"),
+            ("first", f"bearer {greedy}"),
+            ("second", f"BEARER {greedy}"),
+            ("third", f"BeArEr   {greedy}"),
+        ):
+            if name == "third":  # the endpoint's two and the other's one: all open, none ended
+                assert not any(e.is_set() for e in ended.values())
+            opened[name], ended[name] = asyncio.Event(), asyncio.Event()
+            tasks.append(asyncio.create_task(stream(name, authorization)))
+            await asyncio.wait_for(opened[name].wait(), 15)
+        try:
+            await asyncio.wait_for(ended["first"].wait(), 15)  # the endpoint's oldest stream
+            for name in ("victim", "second", "third"):
+                assert not ended[name].is_set(), name
+                assert not tasks[["victim", "first", "second", "third"].index(name)].done(), name
+            closed = "a2a streams closed: too many open for one endpoint"
+            await conf.wait_lines(closed, streams=A2A_STREAMS)
+        finally:
+            for task in tasks:
+                task.cancel()
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+        assert results[1] is None  # the ended stream's task finished without an error

@@ -36,6 +36,7 @@ from switchboard.a2a.auth import (
 )
 from switchboard.a2a.stream import SCOPE_KEY as SSE_IDS_KEY
 from switchboard.a2a.stream import EventIds
+from switchboard.a2a.stream_cap import HeldStream, StreamSlots
 from switchboard.core.ratelimit import WindowLimiter
 from switchboard.ingest.app import BodyTooLarge, read_capped
 from switchboard.obs.logs import get_logger
@@ -146,6 +147,7 @@ class Gate:
         self.services = services
         self.dispatch = dispatch
         self.limiter = WindowLimiter.per_minute(services.clock, rate_per_minute)
+        self.streams = StreamSlots(services.settings.a2a_streams_per_endpoint)
 
     def _count(self, method: str, code: str) -> None:
         label = method if method in METHOD_VERBS else "unknown"
@@ -223,7 +225,7 @@ class Gate:
         response = await self.dispatch(Request(request.scope, replay))
         if isinstance(response, EventSourceResponse):
             response.body_iterator = _with_ids(response.body_iterator, ids)
-            return response
+            return HeldStream(response, self.streams, endpoint.id)  # SWITCHBOARD_A2A_STREAMS_PER_ENDPOINT
         response = _sanitize(response)
         if method in STREAM_METHODS and isinstance(response, JSONResponse):
             return _as_stream(response)

@@ -38,6 +38,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from switchboard.edge.answers import send_json
 from switchboard.edge.boundary import PARSED_BODY
 from switchboard.edge.conn import Coalesced
+from switchboard.edge.ending import Answer, receive_until
 from switchboard.obs.logs import get_logger
 
 log = get_logger("switchboard.mcp.limits")
@@ -138,44 +139,24 @@ class SessionCap:
                     "mcp streams closed: too many open for one credential", streams=self.max_streams, closed=n
                 )
         opened: list[str] = []
-        answer = [False, False]  # response started, response complete
-
-        async def tracking_send(message: Message) -> None:
-            kind = message["type"]
-            if kind == "http.response.start":
-                answer[0] = True
-            elif kind == "http.response.body" and not message.get("more_body", False):
-                answer[1] = True
-            await send(message)
+        answer = Answer(send)
 
         async def watching_send(message: Message) -> None:
             if message["type"] == "http.response.start" and sid is None and message["status"] == 200:
                 for name, value in message.get("headers", ()):
                     if name.lower() == SESSION_HEADER:
                         opened.append(value.decode("latin-1"))
-            await tracking_send(message)
+            await answer.send(message)
 
         body_read = False
 
         async def ending_receive() -> Message:
             nonlocal body_read
-            if me.ended.is_set():
-                return {"type": "http.disconnect"}
-            if not body_read:  # the body is handed over at once: no race (two tasks) needed for it
+            if not body_read and not me.ended.is_set():  # the body is handed over at once: no race
                 message = await receive()
                 body_read = message["type"] != "http.request" or not message.get("more_body", False)
                 return message
-            pending = asyncio.ensure_future(receive())
-            ended = asyncio.ensure_future(me.ended.wait())
-            try:
-                await asyncio.wait({pending, ended}, return_when=asyncio.FIRST_COMPLETED)
-            finally:  # also when this request is cancelled: leave no task behind
-                for waiter in (pending, ended):
-                    if not waiter.done():
-                        waiter.cancel()
-            if pending.done() and not pending.cancelled():
-                return pending.result()
-            return {"type": "http.disconnect"}
+            return await receive_until(receive, me.ended)
 
         # Only an initialize answer can open a session: another JSON-RPC request (JsonBoundary, in front,
         # parsed it) is answered without the watching wrapper around every message it sends.
@@ -187,7 +168,7 @@ class SessionCap:
         sse = scope.get("method") == "GET" or (
             isinstance(parsed, dict) and parsed.get("method") == "subscriptions/listen"
         )
-        chosen = watching_send if opens else tracking_send if sse else send
+        chosen = watching_send if opens else answer.send if sse else send
         try:
             if reserves:
                 while cred.sessions and cred.held() >= self.max_sessions:
@@ -198,10 +179,8 @@ class SessionCap:
                 cred.opening += 1
             try:
                 await self.app(scope, ending_receive, chosen)
-                if me.ended.is_set() and answer[0] and not answer[1]:
-                    # A stream this ended: the SDK stops as for a client gone and leaves its answer
-                    # open; close it, so the client sees the stream end (not a cut connection).
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                if me.ended.is_set():
+                    await answer.finish()  # a stream this ended: the SDK left its answer open
             finally:
                 if reserves:
                     cred.opening -= 1
