@@ -5,7 +5,8 @@ on SQLite and on PostgreSQL, and what the history costs over the run.
 smoke run of 60,000 todos, never published; ``BENCH_SOAK_COUNT=N`` for a shorter diagnostic run, never
 published either). One ``switchboard serve`` per backend (the bench launcher,
 default settings but three: retention ``RETENTION_MINUTES``, its sweep every ``SWEEP_SECONDS``, and the
-per-endpoint MCP rate raised as scenario 4 does). ``ENDPOINTS`` endpoints share fan-out sources (one
+per-endpoint MCP rate raised as scenario 4 does; on PostgreSQL two instances share the database, each
+taking half the deliveries and half the consumers). ``ENDPOINTS`` endpoints share fan-out sources (one
 delivery makes one todo per endpoint; enough sources that none passes ingest's per-source limit); one consumer per endpoint claims up to ``BATCH`` at a time
 and acks them. Sampled every ``SAMPLE_SECONDS``: the database's size (SQLite: the file and its WAL;
 PostgreSQL: ``pg_database_size``) and its row count; per 10 s bucket: ingest and claim p50/p99.
@@ -24,6 +25,7 @@ docs/benchmarks.md between the ``soak`` markers (a published run only).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -36,10 +38,11 @@ from bench.world import build_world, new_cred_key
 RETENTION_MINUTES = 2.0
 SWEEP_SECONDS = 15.0
 SAMPLE_SECONDS = 10.0
-ENDPOINTS = 10
+ENDPOINTS = {"sqlite": 10, "postgres": 20}  # one delivery makes a todo for each
+INSTANCES = {"sqlite": 1, "postgres": 2}  # PostgreSQL: two instances share the database, as in s4
 BATCH = 100
 COUNTS = {"sqlite": 1_000_000, "postgres": 5_000_000}
-RATES = {"sqlite": 60.0, "postgres": 300.0}  # deliveries per second (x ENDPOINTS todos)
+RATES = {"sqlite": 60.0, "postgres": 75.0}  # deliveries per second (x ENDPOINTS todos)
 QUICK_COUNT = 60_000
 MCP_RATE_PER_MINUTE = 120_000
 PER_SOURCE_PER_SECOND = 10.0  # ingest's per-source limit (600 a minute, switchboard.ingest.app)
@@ -81,41 +84,48 @@ async def _one(b: Bench, backend: str) -> dict[str, Any]:
         pg.start()
         settings["database_url"] = pg.create_database("bench_soak")
         settings["cred_key"] = new_cred_key()
+    endpoints = ENDPOINTS[backend]
     try:
         world = await build_world(
             settings,
-            endpoints=ENDPOINTS,
+            endpoints=endpoints,
             own_sources=False,
             # ingest admits 600 deliveries a minute per source: enough sources for the rate, twice over
-            fanout_groups=[list(range(ENDPOINTS))] * _sources(rate),
+            fanout_groups=[list(range(endpoints))] * _sources(rate),
             owners="one",
         )
-        server = b.server(f"soak-{backend}", settings)
+        servers = [b.server(f"soak-{backend}-{n + 1}", dict(settings)) for n in range(INSTANCES[backend])]
         size = _sizer(settings)
         samples: list[dict[str, float]] = []
-        async with running(server):
+        async with contextlib.AsyncExitStack() as stack:
+            for server in servers:
+                await stack.enter_async_context(running(server))
             start = time.monotonic()
             sampler = asyncio.create_task(_sample(size, start, samples))
-            b.progress.phase(f"soak {backend}: {count:,} todos", count / (rate * ENDPOINTS))
+            b.progress.phase(f"soak {backend}: {count:,} todos", count / (rate * endpoints))
             try:
                 load = await b.client.run(
                     "soak",
                     {
-                        "base_url": server.base_url,
+                        # deliveries and consumers alternate between the instances
+                        "base_urls": [server.base_url for server in servers],
                         "targets": [s.target() for s in world.fanout_sources],
-                        "fanout": ENDPOINTS,
+                        "fanout": endpoints,
                         "rate": rate,
                         "batch": BATCH,
                         "count": count,
-                        "max_seconds": 3 * count / (rate * ENDPOINTS) + 120,
-                        "agents": [{"base_url": server.base_url, "token": e.token} for e in world.endpoints],
+                        "max_seconds": 3 * count / (rate * endpoints) + 120,
+                        "agents": [
+                            {"base_url": servers[n % len(servers)].base_url, "token": e.token}
+                            for n, e in enumerate(world.endpoints)
+                        ],
                     },
-                    timeout=4 * count / (rate * ENDPOINTS) + 300,
+                    timeout=4 * count / (rate * endpoints) + 300,
                 )
             finally:
                 sampler.cancel()
                 await asyncio.gather(sampler, return_exceptions=True)
-        return _judge(backend, count, rate, load, samples)
+        return _judge(backend, count, rate * endpoints, len(servers), load, samples)
     finally:
         if pg is not None:
             pg.stop()
@@ -182,7 +192,12 @@ def _window_p99(series: list[dict[str, float]], first: bool) -> float:
 
 
 def _judge(
-    backend: str, count: int, rate: float, load: dict[str, Any], samples: list[dict[str, float]]
+    backend: str,
+    count: int,
+    todos_per_s: float,
+    instances: int,
+    load: dict[str, Any],
+    samples: list[dict[str, float]],
 ) -> dict[str, Any]:
     settled = RETENTION_MINUTES * 60 + 2 * SWEEP_SECONDS
     after = [s["mib"] - s.get("wal_mib", 0.0) for s in samples if s["t"] >= settled]  # the file alone
@@ -192,7 +207,8 @@ def _judge(
     return {
         "backend": backend,
         "count": count,
-        "offered_todos_per_s": rate * ENDPOINTS,
+        "offered_todos_per_s": todos_per_s,
+        "instances": instances,
         "acked": load["acked"],
         "elapsed_s": round(load["elapsed"], 1),
         "errors": load["errors"],
@@ -216,6 +232,11 @@ def _judge(
     }
 
 
+def _instances(r: dict[str, Any]) -> str:
+    n = int(r.get("instances", 1))
+    return f"{n} instance" if n == 1 else f"{n} instances"
+
+
 def write_docs(results: dict[str, Any]) -> None:
     from bench.soak_plot import svg
 
@@ -227,7 +248,7 @@ def write_docs(results: dict[str, Any]) -> None:
     ]
     for r in results.values():
         rows.append(
-            f"| {r['backend']} | {r['count']:,} at {r['offered_todos_per_s']:,.0f}/s | {r['acked']:,} | "
+            f"| {r['backend']}, {_instances(r)} | {r['count']:,} at {r['offered_todos_per_s']:,.0f}/s | {r['acked']:,} | "
             f"{r['size_flat_ratio']:.2f}x; {r.get('wal_mib_max', 0.0):.0f} MiB | "
             f"{r['size_mib_end']:.0f} MiB, {r['rows_end']:,.0f} rows | "
             f"{r['claim_p99_first_ms']:.1f} / {r['claim_p99_last_ms']:.1f} ms "

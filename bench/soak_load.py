@@ -3,7 +3,7 @@ as it takes ``count`` todos to go through, with latencies kept per time bucket s
 them as curves.
 
 * Ingest: signed Gitea deliveries to fan-out sources (each delivery makes ``fanout`` todos), open loop
-  at ``rate`` deliveries per second on the bench's minimal keep-alive HTTP/1.1 client; latency from the
+  at ``rate`` deliveries per second, spread over ``base_urls`` (one or more instances) in turn, on the bench's minimal keep-alive HTTP/1.1 client; latency from the
   scheduled send time (no coordinated omission).
 * Consumers: one per agent, ``claim_many`` (up to ``batch``, long-polling 1 s) then one ``ack_many`` of
   what it got, each ack naming the claim's lease; they stop once ingest has finished and a claim comes
@@ -52,7 +52,7 @@ class Series:
 async def job_soak(spec: dict[str, Any]) -> dict[str, Any]:
     from bench.client import _gitea_request, _Pool, _port_of
 
-    port = _port_of(spec["base_url"])
+    ports = [_port_of(url) for url in spec.get("base_urls") or [spec["base_url"]]]
     targets: list[dict[str, str]] = spec["targets"]
     fanout, rate, batch = int(spec["fanout"]), float(spec["rate"]), int(spec["batch"])
     deliveries = -(-int(spec["count"]) // fanout)
@@ -63,13 +63,15 @@ async def job_soak(spec: dict[str, Any]) -> dict[str, Any]:
     errors: Counter[str] = Counter()
     acked = 0
     ingest_done = asyncio.Event()
-    pool = _Pool(port, int(spec.get("concurrency", 32)))
+    per_port = max(1, int(spec.get("concurrency", 32)) // len(ports))
+    pools = [_Pool(port, per_port) for port in ports]
 
     async def deliver(seq: int, due: float) -> None:
         target = targets[seq % len(targets)]
+        pool = pools[seq % len(pools)]
         try:
             conn = await pool.get()
-            status = await conn.request(_gitea_request(port, target["path"], target["secret"], seq, ""))
+            status = await conn.request(_gitea_request(pool.port, target["path"], target["secret"], seq, ""))
         except _FAILURES as exc:
             errors[f"ingest: {type(exc).__name__}"] += 1
             return
@@ -130,7 +132,8 @@ async def job_soak(spec: dict[str, Any]) -> dict[str, Any]:
         await asyncio.gather(produce(), *(consume(c) for c in clients))
     finally:
         await asyncio.gather(*(c.stop() for c in clients))
-        pool.close()
+        for pool in pools:
+            pool.close()
     return {
         "elapsed": time.monotonic() - start,
         "deliveries": sum(statuses.values()),
