@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 from switchboard.a2a.configs import PUSH_VERB
 from switchboard.a2a.tasks import TaskStore
-from switchboard.core.clock import Clock, ms
+from switchboard.core.clock import Clock, ms, since_ms
 from switchboard.obs.audit import audit
 from switchboard.store import push_configs, push_outbox
 from switchboard.store.accounts import Endpoint
@@ -177,14 +176,11 @@ def said(result: dict[str, Any]) -> str:
 
 
 def since_epoch_ms(value: object) -> int:
-    """``since``: epoch seconds, or an ISO 8601 time (``2026-12-07T05:00:00Z``), as notify's recover."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return int(value * 1000)
-    if isinstance(value, str) and value:
-        try:
-            if value.isdigit():  # epoch seconds, as a string (the MCP verb's argument is one)
-                return int(value) * 1000
-            return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
-        except ValueError:
-            pass
-    raise PushReplayError("since must be an ISO 8601 time or epoch seconds")
+    """``since`` as notify's recover reads it (core.clock.since_ms), and epoch seconds as a digit
+    string too (the MCP verb's argument is a string)."""
+    try:
+        if isinstance(value, str) and value.isdigit():
+            return int(value) * 1000
+        return since_ms(value)
+    except ValueError:
+        raise PushReplayError("since must be an ISO 8601 time or epoch seconds") from None

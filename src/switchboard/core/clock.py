@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from typing import Protocol
 
 
@@ -33,3 +34,13 @@ class ManualClock:
 def ms(seconds: float) -> int:
     """Store times as integer epoch milliseconds: portable across SQLite and PostgreSQL."""
     return int(seconds * 1000)
+
+
+def since_ms(value: object) -> int:
+    """A recover's ``since`` in epoch milliseconds: epoch seconds (a number, not a bool) or an ISO 8601
+    time (``2026-12-07T05:00:00Z``). ValueError for anything else; each face words its own error."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return int(value * 1000)
+    if isinstance(value, str) and value:
+        return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
+    raise ValueError("not a time")

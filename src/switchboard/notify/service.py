@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from switchboard.core.clock import since_ms
 from switchboard.notify import replay as replays
 from switchboard.notify.errors import CeilingExceeded, HookNotFound, InvalidHook
 from switchboard.notify.hook_rate import checked_rate
@@ -275,17 +275,10 @@ def _said(result: dict[str, Any]) -> str:
 
 
 def _since_ms(value: object) -> int:
-    """``since``: epoch seconds, or an ISO 8601 UTC time (``2026-12-07T05:00:00Z``)."""
-    if isinstance(value, bool):
-        raise InvalidHook("since must be an ISO 8601 time or epoch seconds")
-    if isinstance(value, int | float):
-        return int(value * 1000)
-    if isinstance(value, str) and value:
-        try:
-            return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
-        except ValueError:
-            pass
-    raise InvalidHook("since must be an ISO 8601 time or epoch seconds")
+    try:
+        return since_ms(value)
+    except ValueError:
+        raise InvalidHook("since must be an ISO 8601 time or epoch seconds") from None
 
 
 def _queues(value: object, endpoint: Endpoint) -> Sequence[str]:
