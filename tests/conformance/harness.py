@@ -41,6 +41,7 @@ from tests.reliability.procs import ServerProcess, server_env, switchboard_comma
 from tests.support.mcp_client import Agent, agent
 from tests.support.receivers import HTTPSReceiver, RecordedRequest, Respond
 from tests.support.secrets import reveal
+from tests.support.waits import wait_until as wait_until  # the conformance modules' poll
 from tests.support.world import gitea_delivery, pr_payload
 
 BOOT = Path(__file__).parent / "boot"
@@ -556,19 +557,6 @@ async def body_for(rcv: HTTPSReceiver, todo_id: str, timeout: float = 15.0) -> d
 
     found: dict[str, Any] = await wait_until(find, timeout=timeout, what=f"a notification for {todo_id}")
     return found
-
-
-async def wait_until(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    """Poll an (async or plain) check until it returns something truthy, within ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
-        await asyncio.sleep(0.1)
 
 
 MARKER = "SIGNER-FAIL-MARKER"  # bodies carrying it fail in the signer (boot/sitecustomize.py, REQ-12)

@@ -5,10 +5,9 @@ another tenant's ids not found; the endpoint card's delivery log shows the ``rep
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from tests.reliability.procs import ServerProcess, cli, server_env, servers
 from tests.support.mcp_client import Agent, agent
 from tests.support.receivers import HTTPSReceiver, RecordedRequest, Respond
 from tests.support.secrets import reveal
+from tests.support.waits import wait_until
 
 REPLAY = ("resend_a2a_push", "recover_a2a_push")
 PASSWORD = "correct horse battery"
@@ -67,19 +67,6 @@ class Served:
 
     def of(self, task_id: str) -> list[RecordedRequest]:
         return [r for r in self.receiver.requests if r.header("x-switchboard-task-id") == task_id]
-
-
-async def until(what: str, check: Callable[[], Any], timeout: float = WAIT) -> Any:
-    """Poll a child's effect (a process boundary offers nothing to await), with a bounded deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
 
 
 async def tenants(env: dict[str, str], data: Path) -> dict[str, str]:
@@ -147,20 +134,21 @@ async def _resend_and_recover(tmp_path: Path, database_url: str | None = None) -
         # 1. One task's claimed push is delivered; then the receiver fails every push of another
         #    task (claimed, input-required, completed): 400 is final, no retry.
         first, _, first_secret = await s.task_with_config(client)
-        await until("the first task to claim", lambda: _claim(worker))
-        await until("the delivered push", lambda: s.of(first))
+        await wait_until(lambda: _claim(worker), WAIT, "the first task to claim")
+        await wait_until(lambda: s.of(first), WAIT, "the delivered push")
         s.receiver.behaviour = Respond(400)
         second, second_config, second_secret = await s.task_with_config(client)
-        held = await until("the second task to claim", lambda: _claim(worker))
+        held = await wait_until(lambda: _claim(worker), WAIT, "the second task to claim")
         await worker.ok("ask", {"todo_id": second, "lease": held["lease"], "question": "which branch?"})
         await worker.ok("ack", {"todo_id": second, "lease": held["lease"], "result": "done"})
-        await until("three failed pushes", lambda: len(s.of(second)) >= 3)
+        await wait_until(lambda: len(s.of(second)) >= 3, WAIT, "three failed pushes")
         (delivered,) = s.of(first)
         failed = s.of(second)
         failed_ids = [r.header("webhook-id") for r in failed]
-        page = await until(
-            "the delivery log's rows on the card",
+        page = await wait_until(
             lambda: _card_with(s.server, [delivered.header("webhook-id"), *failed_ids]),
+            WAIT,
+            "the delivery log's rows on the card",
         )
         assert 'data-reason="replay"' not in page
 
@@ -171,7 +159,7 @@ async def _resend_and_recover(tmp_path: Path, database_url: str | None = None) -
             "recover_a2a_push", {"task_id": second, "config_id": second_config, "since": since}
         )
         assert answer["found"] == 3 and answer["queued"] == 3, answer
-        await until("three recovered pushes", lambda: len(s.of(second)) >= 6)
+        await wait_until(lambda: len(s.of(second)) >= 6, WAIT, "three recovered pushes")
         recovered = s.of(second)[3:]
         assert [r.header("webhook-id") for r in recovered] == failed_ids  # oldest first, same ids
         for old, new in zip(failed, recovered, strict=True):
@@ -187,7 +175,7 @@ async def _resend_and_recover(tmp_path: Path, database_url: str | None = None) -
         shell = await call(s.env, s.server.port, token, "resend_a2a_push", f"notification_id={delivered_id}")
         assert shell.returncode == 0, shell.stderr
         assert json.loads(shell.stdout)["queued"] is True, shell.stdout
-        await until("the resent push", lambda: len(s.of(first)) >= 2)
+        await wait_until(lambda: len(s.of(first)) >= 2, WAIT, "the resent push")
         again = s.of(first)[1]
         assert again.header("webhook-id") == delivered_id and again.body == delivered.body
         Webhook(first_secret).verify(again.body, again.header_map)
@@ -203,7 +191,7 @@ async def _resend_and_recover(tmp_path: Path, database_url: str | None = None) -
         assert config.code == "not_found"
 
         # 5. The card's delivery log shows the four replays, delivered.
-        page = await until("four replay rows", lambda: _replays(s.server, 4))
+        page = await wait_until(lambda: _replays(s.server, 4), WAIT, "four replay rows")
         assert page.count('data-outcome="delivered" data-reason="replay"') == 4
         assert len(s.receiver.requests) == seen
 
