@@ -276,7 +276,11 @@ class AccountStore:
     async def revend_token(self, endpoint_id: str, *, actor: str | None = None) -> str:
         """A new token for the endpoint; the old one stops at once. NotFound for an unknown endpoint."""
         token = mint_token()
-        values = {"token_hash": hash_token(token), "token_hint": token[:8], "updated_at": ms(self.clock.now())}
+        values = {
+            "token_hash": hash_token(token),
+            "token_hint": token[:8],
+            "updated_at": ms(self.clock.now()),
+        }
         async with self.db.begin() as conn:
             await _one_updated(conn, endpoint_id, values)
             await announce(conn, endpoint_id)
