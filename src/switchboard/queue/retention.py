@@ -142,6 +142,7 @@ class RetentionSweeper:
             last = (pruned.todos, t0)
             await asyncio.sleep(self.pace.after(pruned.todos, time.monotonic() - t0, achieved))
         freed = await self._return_space()  # every pass: one capped at VACUUM_STEPS left some
+        vacuumed = bool(deleted["todos"]) and await self.store.vacuum()  # PostgreSQL
         oldest = await self.store.oldest_terminal_ms()
         age = 0.0 if oldest is None else max(0.0, self.clock.now() - oldest / 1000)
         self.metrics.retention_oldest_terminal.set(age)
@@ -153,6 +154,7 @@ class RetentionSweeper:
                 batch=self.pace.batch,
                 finishing_per_second=round(self.pace.need, 1),
                 pages_freed=freed,
+                vacuumed=vacuumed,
                 oldest_kept_seconds=round(age, 1),
                 took_ms=round((time.monotonic() - started) * 1000),
                 caught_up=caught_up,

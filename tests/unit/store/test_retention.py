@@ -199,6 +199,34 @@ async def test_postgresql_skips_a_locked_row_and_a_second_sweeper_stands_aside(p
         await db.dispose()
 
 
+async def test_postgresql_vacuums_the_tables_after_a_pass_that_deleted(pg_url: str) -> None:
+    db = Database(pg_url)
+    await db.migrate()
+    try:
+        ep = await endpoint(db)
+        await seed(db, ep, "done", CUTOFF - DAY_MS, n=3)
+        sweeper = RetentionSweeper(
+            TodoRetention(db), Metrics(), ManualClock(NOW_MS / 1000), RetentionPolicy(7 * 86400, 60, 2)
+        )
+
+        async def vacuums() -> dict[str, int]:
+            async with db.begin() as conn:
+                rows = await conn.execute(
+                    text("SELECT relname, vacuum_count FROM pg_stat_user_tables WHERE relname = ANY(:t)"),
+                    {"t": ["todos", "todo_events", "a2a_tasks"]},
+                )
+                return {str(name): int(n) for name, n in rows}
+
+        before = await vacuums()
+        assert (await sweeper.sweep_once())["todos"] == 3
+        after = await vacuums()
+        assert all(after[t] == before[t] + 1 for t in ("todos", "todo_events", "a2a_tasks")), (before, after)
+        assert (await sweeper.sweep_once())["todos"] == 0  # nothing deleted: no VACUUM
+        assert await vacuums() == after
+    finally:
+        await db.dispose()
+
+
 async def test_pending_rows_stay_out_of_the_terminal_index(database: Database) -> None:
     """The sweep's pick is served by ix_todos_terminal (its predicate repeated literally)."""
     ep = await endpoint(database)
