@@ -96,7 +96,7 @@ async def _one(b: Bench, backend: str) -> dict[str, Any]:
         )
         servers = [b.server(f"soak-{backend}-{n + 1}", dict(settings)) for n in range(INSTANCES[backend])]
         size = _sizer(settings)
-        samples: list[dict[str, float]] = []
+        samples: list[dict[str, Any]] = []
         async with contextlib.AsyncExitStack() as stack:
             for server in servers:
                 await stack.enter_async_context(running(server))
@@ -135,16 +135,25 @@ def _sources(rate: float) -> int:
     return max(1, int(2 * rate / PER_SOURCE_PER_SECOND) + 1)
 
 
+# The largest relations (tables, indexes, TOAST) and their MiB, sampled beside the database's size: where
+# the space goes when the size is not flat.
+_BIGGEST = (
+    "SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') ORDER BY 2 DESC LIMIT 12"
+)
+
+
 def _sizer(settings: dict[str, Any]) -> Any:
-    """A coroutine function answering (bytes, WAL bytes, rows) of the server's database: the WAL apart,
-    since its reset at 64 MiB (store/sqlite_writer.py) is a sawtooth of its own, bounded separately."""
+    """A coroutine function answering (bytes, WAL bytes, rows, MiB of the largest relations) of the
+    server's database: the WAL apart, since its reset at 64 MiB (store/sqlite_writer.py) is a sawtooth of
+    its own, bounded separately; the relations on PostgreSQL only."""
     url = settings.get("database_url")
     if url is None:
         import sqlite3
 
         db = Path(settings["data_dir"]) / "switchboard.db"
 
-        async def sqlite_size() -> tuple[float, float, float]:
+        async def sqlite_size() -> tuple[float, float, float, dict[str, float]]:
             wal_file = db.with_name(db.name + "-wal")
             wal = wal_file.stat().st_size if wal_file.exists() else 0
             total = db.stat().st_size + wal
@@ -153,7 +162,7 @@ def _sizer(settings: dict[str, Any]) -> Any:
                 with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as conn:
                     return int(conn.execute("SELECT count(*) FROM todos").fetchone()[0])
 
-            return float(total), float(wal), float(await asyncio.to_thread(rows))
+            return float(total), float(wal), float(await asyncio.to_thread(rows)), {}
 
         return sqlite_size
     from sqlalchemy import text
@@ -161,26 +170,29 @@ def _sizer(settings: dict[str, Any]) -> Any:
 
     engine = create_async_engine(url, pool_size=1)
 
-    async def pg_size() -> tuple[float, float, float]:
+    async def pg_size() -> tuple[float, float, float, dict[str, float]]:
         async with engine.connect() as conn:
             total = (await conn.execute(text("SELECT pg_database_size(current_database())"))).scalar_one()
             rows = (await conn.execute(text("SELECT count(*) FROM todos"))).scalar_one()
-        return float(total), 0.0, float(rows)  # pg_database_size: the WAL is the cluster's, not counted
+            biggest = (await conn.execute(text(_BIGGEST))).all()
+        relations = {str(name): round(size / 2**20, 1) for name, size in biggest}
+        return float(total), 0.0, float(rows), relations  # pg_database_size: the WAL is the cluster's
 
     return pg_size
 
 
-async def _sample(size: Any, start: float, out: list[dict[str, float]]) -> None:
+async def _sample(size: Any, start: float, out: list[dict[str, Any]]) -> None:
     while True:
-        total, wal, rows = await size()
-        out.append(
-            {
-                "t": round(time.monotonic() - start, 1),
-                "mib": total / 2**20,
-                "wal_mib": wal / 2**20,
-                "rows": rows,
-            }
-        )
+        total, wal, rows, relations = await size()
+        sample: dict[str, Any] = {
+            "t": round(time.monotonic() - start, 1),
+            "mib": total / 2**20,
+            "wal_mib": wal / 2**20,
+            "rows": rows,
+        }
+        if relations:
+            sample["relations"] = relations
+        out.append(sample)
         await asyncio.sleep(SAMPLE_SECONDS)
 
 
@@ -197,7 +209,7 @@ def _judge(
     todos_per_s: float,
     instances: int,
     load: dict[str, Any],
-    samples: list[dict[str, float]],
+    samples: list[dict[str, Any]],
 ) -> dict[str, Any]:
     settled = RETENTION_MINUTES * 60 + 2 * SWEEP_SECONDS
     after = [s["mib"] - s.get("wal_mib", 0.0) for s in samples if s["t"] >= settled]  # the file alone

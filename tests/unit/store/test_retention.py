@@ -14,6 +14,7 @@ from sqlalchemy import func, insert, select, text
 
 from switchboard.core.clock import ManualClock
 from switchboard.obs.metrics import Metrics
+from switchboard.queue import retention
 from switchboard.queue.retention import (
     HEADROOM,
     LAG_BOOST,
@@ -199,7 +200,9 @@ async def test_postgresql_skips_a_locked_row_and_a_second_sweeper_stands_aside(p
         await db.dispose()
 
 
-async def test_postgresql_vacuums_the_tables_after_a_pass_that_deleted(pg_url: str) -> None:
+async def test_postgresql_vacuums_the_tables_after_a_pass_that_deleted(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     db = Database(pg_url)
     await db.migrate()
     try:
@@ -223,6 +226,12 @@ async def test_postgresql_vacuums_the_tables_after_a_pass_that_deleted(pg_url: s
         assert all(after[t] == before[t] + 1 for t in ("todos", "todo_events", "a2a_tasks")), (before, after)
         assert (await sweeper.sweep_once())["todos"] == 0  # nothing deleted: no VACUUM
         assert await vacuums() == after
+
+        # A long pass VACUUMs on the way (every VACUUM_EVERY seconds; here after each batch of 2).
+        monkeypatch.setattr(retention, "VACUUM_EVERY", 0.0)
+        await seed(db, ep, "dead", CUTOFF - DAY_MS, n=5)
+        assert (await sweeper.sweep_once())["todos"] == 5
+        assert (await vacuums())["todos"] == after["todos"] + 3, "batches of 2, 2 and 1"
     finally:
         await db.dispose()
 
