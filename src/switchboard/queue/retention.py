@@ -42,8 +42,9 @@ VACUUM_STEPS = 2048  # incremental_vacuum steps per sweep at most (of store.todo
 # Seconds of a pass spent giving pages back, pauses included. On a busy loop each step and its 9x pause
 # ran long, and the soak's passes spent 30 s of every minute there while nothing was deleted.
 VACUUM_SECONDS = 2.0
-# PostgreSQL: a pass that deletes for longer VACUUMs the tables this often on the way, not only at its
-# end: a 60 s pass at the soak's 1,500 todos/s otherwise left a minute of dead rows, and the indexes grew.
+# PostgreSQL: while a pass deletes, a VACUUM of the swept tables is asked for this often (and once at its
+# end), run beside the batches, one at a time: a VACUUM only at the end of a 60 s pass at the soak's 1,500
+# todos/s left a minute of dead rows, and the indexes grew by steps.
 VACUUM_EVERY = 10.0
 
 
@@ -100,6 +101,9 @@ class RetentionSweeper:
         self._task: asyncio.Task[None] | None = None
         self._counters = {t: metrics.retention_pruned.labels(table=t) for t in Pruned().by_table()}
         self.pace = Pace(policy.batch)
+        self._vacuum_task: asyncio.Task[None] | None = None
+        self._vacuum_wanted = False
+        self.vacuums = 0  # VACUUMs run (PostgreSQL), for the log and the tests
 
     async def sweep_once(self) -> dict[str, int]:
         """Passes until one catches up: each deletes batches until one is not full (or another
@@ -118,7 +122,7 @@ class RetentionSweeper:
         measured = -math.inf
         caught_up = False
         last: tuple[int, float] | None = None  # the previous batch: rows, when it began
-        vacuumed_at, unvacuumed, vacuumed, vacuum_s = started, 0, False, 0.0
+        asked_at, unvacuumed, vacuums = started, 0, self.vacuums
         while True:
             if time.monotonic() - measured >= REMEASURE:
                 # The cutoff moves with the clock: rows that came due while the pass ran are its own,
@@ -140,11 +144,9 @@ class RetentionSweeper:
                     totals[table] += n
                     self._counters[table].inc(n)
             unvacuumed += pruned.todos
-            if unvacuumed and time.monotonic() - vacuumed_at >= VACUUM_EVERY:
-                v0 = time.monotonic()
-                vacuumed = await self.store.vacuum() or vacuumed
-                vacuumed_at, unvacuumed = time.monotonic(), 0
-                vacuum_s += vacuumed_at - v0
+            if unvacuumed and time.monotonic() - asked_at >= VACUUM_EVERY:
+                self._ask_vacuum()
+                asked_at, unvacuumed = time.monotonic(), 0
             if pruned.todos < batch:
                 caught_up = True
                 break
@@ -153,10 +155,8 @@ class RetentionSweeper:
             last = (pruned.todos, t0)
             await asyncio.sleep(self.pace.after(pruned.todos, took, achieved))
         freed = await self._return_space()  # every pass: one capped at VACUUM_STEPS left some
-        if unvacuumed:  # PostgreSQL: what the pass deleted since its last VACUUM
-            v0 = time.monotonic()
-            vacuumed = await self.store.vacuum() or vacuumed
-            vacuum_s += time.monotonic() - v0
+        if unvacuumed:
+            self._ask_vacuum()  # what the pass deleted since it last asked
         oldest = await self.store.oldest_terminal_ms()
         age = 0.0 if oldest is None else max(0.0, self.clock.now() - oldest / 1000)
         self.metrics.retention_oldest_terminal.set(age)
@@ -168,8 +168,7 @@ class RetentionSweeper:
                 batch=self.pace.batch,
                 finishing_per_second=round(self.pace.need, 1),
                 pages_freed=freed,
-                vacuumed=vacuumed,
-                vacuum_ms=round(vacuum_s * 1000),
+                vacuums=self.vacuums - vacuums,
                 oldest_kept_seconds=round(age, 1),
                 took_ms=round((time.monotonic() - started) * 1000),
                 caught_up=caught_up,
@@ -193,6 +192,33 @@ class RetentionSweeper:
         window = min(max(self.policy.interval_seconds, RATE_WINDOW[0]), RATE_WINDOW[1])
         since = ms(self.clock.now() - window)
         return await self.store.finished_since(since) / window
+
+    def _ask_vacuum(self) -> None:
+        """PostgreSQL: a VACUUM of the swept tables soon, beside the batches (never awaited by them: a
+        throttled VACUUM of a large table takes a while, and the sweep must keep deleting). One runs at
+        a time; asked for while one runs, another follows it."""
+        if not self.store.can_vacuum:
+            return
+        self._vacuum_wanted = True
+        if self._vacuum_task is None or self._vacuum_task.done():
+            self._vacuum_task = asyncio.create_task(self._vacuum(), name="retention-vacuum")
+
+    async def _vacuum(self) -> None:
+        while self._vacuum_wanted:
+            self._vacuum_wanted = False
+            started = time.monotonic()
+            try:
+                await self.store.vacuum()
+            except Exception as exc:  # the next pass asks again
+                log.warning("retention vacuum failed", error=type(exc).__name__)
+                return
+            self.vacuums += 1
+            log.debug("retention vacuum", took_ms=round((time.monotonic() - started) * 1000))
+
+    async def settled(self) -> None:
+        """Wait for the VACUUM running or asked for (tests, and a stop)."""
+        while (task := self._vacuum_task) is not None and not task.done():
+            await asyncio.wait([task])
 
     async def _pause(self, since: float) -> None:
         await asyncio.sleep(max(PAUSE_MIN, (time.monotonic() - since) * PAUSE_RATIO))
@@ -219,7 +245,8 @@ class RetentionSweeper:
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
-        self._task = None
+        await cancel_and_wait(self._vacuum_task)
+        self._task = self._vacuum_task = None
 
     async def _run(self) -> None:
         await every(self.policy.interval_seconds, self.sweep_once, what="retention sweep", log=log)

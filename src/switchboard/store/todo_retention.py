@@ -11,10 +11,11 @@ event log) goes by ON DELETE CASCADE; every SQLite connection runs ``PRAGMA fore
   an operator's requeue, is left for the next sweep, never waited for) under a transaction-level
   advisory lock taken with ``try``: while one instance runs a batch, another's sweep ends at once, so
   instances on one database never fight over the same rows. ``lock_timeout`` bounds any other wait.
-  Each batch commits on its own: no long transaction holds back autovacuum. After a pass that deleted
-  rows the sweep runs ``VACUUM (SKIP_LOCKED)`` on the tables it deleted from (:meth:`vacuum`), so the
-  space is reusable within one interval rather than at autovacuum's next visit (its launcher comes to
-  a database once a minute, and a minute of deletions and claim updates was 30% of the soak's size).
+  Each batch commits on its own: no long transaction holds back autovacuum. While a sweep deletes,
+  :meth:`TodoRetention.vacuum` runs ``VACUUM (SKIP_LOCKED)`` on the tables it deletes from, beside the
+  batches (queue/retention.py): the space is reusable within seconds rather than at autovacuum's
+  next visit (its launcher comes to a database once a minute, and a minute of deletions and claim
+  updates was 30% of the soak's size). It is throttled as autovacuum is (``vacuum_cost_delay``).
 * SQLite: the batch is one work of the group-commit writer (store/sqlite_writer.py) when there is one,
   so it queues behind this process's claims and acks like any other write and holds the write lock
   only while SQLite deletes; otherwise (a database in memory) ``sqlite_transaction``. Pages freed go
@@ -26,6 +27,7 @@ pending ones), so no batch holds a lock they wait on; a batch only shares SQLite
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +51,8 @@ _FINISHED_PG = f"SELECT count(*) FROM todos WHERE {TERMINAL} AND updated_at >= $
 _FINISHED_SQLITE = f"SELECT count(*) FROM todos WHERE {TERMINAL} AND updated_at >= :since"
 TABLES = ("todo_events", "a2a_tasks", "todos")  # deleted in this order; the metrics' table label
 _DELETE_BY = {"todo_events": "todo_id", "a2a_tasks": "todo_id", "todos": "id"}
+VACUUM_TABLES = ("todo_events", "a2a_task_events", "a2a_tasks", "todos")  # what a batch deletes from
+PG_VACUUM_COST_DELAY = "2ms"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,18 +114,28 @@ class TodoRetention:
         await self._vacuum_step()
         return max(0, before - await self._freelist())
 
-    async def vacuum(self) -> bool:
-        """PostgreSQL: ``VACUUM (SKIP_LOCKED)`` the tables a batch deletes from, after a pass that
-        deleted, so their dead rows (the deletions and the claims' and acks' old versions) are
-        reusable at once. Not in a transaction (asyncpg sends a statement without arguments as a
-        simple query); it takes no lock that ingest, claims or acks wait on, skips a table
-        autovacuum is busy with, and a role that does not own the tables gets PostgreSQL's warning
-        and a skip, not an error. False on SQLite (its space goes back through :meth:`return_space`)."""
-        if self.db.is_sqlite:
-            return False
+    @property
+    def can_vacuum(self) -> bool:
+        """Whether :meth:`vacuum` does anything: PostgreSQL only (SQLite gives pages back through
+        :meth:`return_space`)."""
+        return not self.db.is_sqlite
+
+    async def vacuum(self) -> None:
+        """PostgreSQL: ``VACUUM (SKIP_LOCKED)`` the tables a batch deletes from (and the A2A stream's
+        event log below a task), so their dead rows (the deletions and the old versions claims and
+        acks leave) are reusable at once. Not in a transaction (asyncpg sends a statement without
+        arguments as a simple query); paced as autovacuum is (``vacuum_cost_delay`` 2 ms, the
+        PostgreSQL default for autovacuum; a manual VACUUM is otherwise unthrottled), so a large table
+        is vacuumed gently; it takes no lock ingest, claims or acks wait on, skips a table autovacuum
+        is busy with, and a role that does not own the tables gets PostgreSQL's warning and a skip."""
+        assert self.can_vacuum
         async with self.db.pg_statement() as pg:
-            await pg.execute(f"VACUUM (SKIP_LOCKED) {', '.join(TABLES)}")
-        return True
+            await pg.execute(f"SET vacuum_cost_delay = '{PG_VACUUM_COST_DELAY}'")
+            try:
+                await pg.execute(f"VACUUM (SKIP_LOCKED) {', '.join(VACUUM_TABLES)}")
+            finally:
+                with contextlib.suppress(Exception):  # a connection broken meanwhile is dropped anyway
+                    await pg.execute("RESET vacuum_cost_delay")
 
     async def _vacuum_step(self) -> None:
         """One ``incremental_vacuum`` in autocommit, run to its end: the driver's ``execute`` steps a
