@@ -183,6 +183,31 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str]]:
     s4 = results.get("s4")
     if s4:
         rows += _s4_targets(s4)
+    for backend, r in (results.get("s6") or {}).items():
+        if not isinstance(r, dict) or "skipped" in r or "ingest_p99_ratio" not in r:
+            continue
+        rows += [
+            (
+                f"{what} p99 during a prune of {r['terminal_rows']:,} rows <= 1.2x without ({backend})",
+                f"{r[key]:.2f}x",
+                _target(r[key] <= 1.2 and r["prune_ran_throughout"]),
+            )
+            for what, key in (("ingest", "ingest_p99_ratio"), ("claim", "claim_p99_ratio"))
+        ]
+    st = results.get("startup")
+    if st:
+        rows += [
+            (
+                "`serve` ready (/healthz 200) < 1 s, median",
+                f"{st['serve_healthz']['median']:.2f} s",
+                _target(st["serve_healthz"]["median"] < 1),
+            ),
+            (
+                "`switchboard --help` < 0.25 s, median",
+                f"{st['help']['median']:.2f} s",
+                _target(st["help"]["median"] < 0.25),
+            ),
+        ]
     return rows
 
 
@@ -531,6 +556,77 @@ def _render(meta: dict[str, Any], results: dict[str, Any]) -> list[str]:
         out += _s4(results["s4"])
     if "s5" in results:
         out += _s5(results["s5"])
+    if "s6" in results:
+        out += _s6(results["s6"])
+    if "startup" in results:
+        out += _startup(results["startup"])
+    return out
+
+
+def _s6(results: dict[str, Any]) -> list[str]:
+    ran = [r for r in results.values() if isinstance(r, dict) and "ingest_p99_ratio" in r]
+    out = ["### 6. Retention: a prune beside ingest and claims", ""]
+    if ran:
+        r0 = ran[0]
+        out += [
+            f"{r0['terminal_rows']:,} done todos (two timeline rows each) seeded straight into the database, then "
+            f"{r0['ingest_rate']:.0f} signed deliveries/s and {r0['claim_rate']:.0f} paced `claim_next` + `ack` "
+            f"pairs/s for {r0['window_seconds']:.0f} s with nothing due, then as long while the sweep prunes "
+            "(its default batch, a sweep every 5 s). One fresh server per backend.",
+            "",
+        ]
+    rows = []
+    for backend, r in results.items():
+        if not isinstance(r, dict):
+            continue
+        if "ingest_p99_ratio" not in r:
+            rows.append([backend, str(r.get("skipped", "n/a")), "", "", ""])
+            continue
+        q, b = r["without_prune"], r["during_prune"]
+        rows.append(
+            [
+                backend,
+                f"{r['prune_rows_per_second']:,}",
+                f"{_ms(q['ingest']['p99'])} / {_ms(b['ingest']['p99'])} ({r['ingest_p99_ratio']:.2f}x)",
+                f"{_ms(q['claim']['p99'])} / {_ms(b['claim']['p99'])} ({r['claim_p99_ratio']:.2f}x)",
+                "yes" if r["prune_ran_throughout"] else "NO",
+            ]
+        )
+    out += _table(
+        [
+            "backend",
+            "todos pruned/s",
+            "ingest p99 without / during ms",
+            "claim p99 without / during ms",
+            "prune ran throughout",
+        ],
+        rows,
+    )
+    return out
+
+
+def _startup(r: dict[str, Any]) -> list[str]:
+    names = {
+        "serve_healthz": "`switchboard serve`, fresh data folder, to /healthz 200",
+        "serve_readyz": "`switchboard serve`, to /readyz 200 (every part running)",
+        "help": "`switchboard --help`",
+        "db_status": "`switchboard db status` (opens the SQLite database)",
+        "python_pass": "`python -c pass` (the interpreter's floor)",
+    }
+    out = [
+        "### 7. Start-up",
+        "",
+        f"Whole processes, each run {r['runs']} times after one warm-up (bytecode cached); wall seconds.",
+        "",
+    ]
+    out += _table(
+        ["command", "min", "median", "max"],
+        [
+            [label, *(f"{r[k][x]:.3f}" for x in ("min", "median", "max"))]
+            for k, label in names.items()
+            if k in r
+        ],
+    )
     return out
 
 
@@ -1039,14 +1135,6 @@ def _s5(r: dict[str, Any]) -> list[str]:
             if c["share"] >= 0.01
         ],
     )
-    out += ["Top functions by self time:", ""]
-    out += _table(
-        ["function", "where", "share"],
-        [
-            [f"`{c['function']}`", f"`{c['where']}`", f"{c['share'] * 100:.1f}%"]
-            for c in r["top_functions"][:PROFILE_ROWS]
-        ],
-    )
     out += ["On-loop time inside Switchboard entry points (inclusive, synchronous parts only):", ""]
     out += _table(
         ["entry point", "share"],
@@ -1056,7 +1144,7 @@ def _s5(r: dict[str, Any]) -> list[str]:
     if "by_component" in srv:
         out += [
             f"The server process over the same burst ({srv['sampled_seconds']:.1f} s sampled): ingest, the "
-            "transition hub and the pipe to the worker. Self time by component, then the entry points:",
+            "transition hub and the pipe to the worker. Self time by component:",
             "",
         ]
         out += _table(
@@ -1067,11 +1155,8 @@ def _s5(r: dict[str, Any]) -> list[str]:
                 if c["share"] >= 0.01
             ],
         )
-        out += _table(
-            ["entry point", "share"],
-            [[c["entry"], f"{c['share'] * 100:.1f}%"] for c in srv["entry_points"] if c["share"] > 0],
-        )
-    # the closed-ports variant's profile stays in results.json: the page keeps one screen per scenario
+    # the top functions, the server's entry points and the closed-ports variant's profile stay in
+    # results.json: the page keeps one screen per scenario
     return out
 
 
