@@ -4,7 +4,10 @@ A what-if and profiling aid for issue 30's call floor (not the shipped benchmark
 measures the real server). Figures here are CPU milliseconds per call of the whole path from the
 outermost middleware to the last byte sent, and they hold on a busy machine because they are CPU time.
 
-``python -m bench.experiments.floor_inproc [--calls N] [--profile out.pstats] [--legacy]``
+``python -m bench.experiments.floor_inproc [--calls N] [--profile out.pstats] [--verb V]``: ``whoami``
+(the floor), ``claim_next`` (the claim-with-ack loop: each call acks the todo the previous one claimed)
+or ``pair`` (``claim_next`` then ``ack``, two calls per todo); the claim verbs on todos seeded with a
+payload of about 1.5 KB, as a forge's delivery carries.
 """
 
 from __future__ import annotations
@@ -70,14 +73,17 @@ async def _call(app: Any, scope: dict[str, Any], body: bytes) -> tuple[int, byte
     return status, payload
 
 
-async def main(calls: int, profile: str, legacy: bool) -> None:
+PAYLOAD = {"action": "opened", "pull_request": {"number": 1, "title": "t" * 80, "body": "b" * 1200}}
+
+
+async def main(calls: int, profile: str, legacy: bool, verb: str = "whoami") -> None:
     with tempfile.TemporaryDirectory() as tmp:
         settings = make_settings(Path(tmp), mcp_rate_per_minute=10_000_000)
         async with run_instance(settings) as inst:
             app = inst.server.config.loaded_app
             accounts = inst.services.accounts
             human = await accounts.create_human("bench@example.com", "correct horse battery staple 1")
-            _, token = await accounts.vend_endpoint(human, "bench", ["inbox"], list(DEFAULT_GRANT))
+            vended, token = await accounts.vend_endpoint(human, "bench", ["inbox"], list(DEFAULT_GRANT))
             headers = {
                 "host": f"127.0.0.1:{inst.port}",
                 "content-type": "application/json",
@@ -87,32 +93,60 @@ async def main(calls: int, profile: str, legacy: bool) -> None:
                 "mcp-method": "tools/call",
                 "mcp-name": "whoami",
             }
-            params: dict[str, Any] = {"name": "whoami", "arguments": {}, "_meta": ENVELOPE}
             if legacy:
                 raise SystemExit("legacy: not built")
-            scope = _scope(inst.port, headers)
+            if verb != "whoami":
+                from switchboard.store.todos import NewTodo
 
-            def body(i: int) -> bytes:
-                return json.dumps(
-                    {"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": params}
-                ).encode()
+                for _ in range(0, calls + 400, 500):
+                    await inst.services.todos.create(
+                        [NewTodo(vended.id, "inbox", "seeded", PAYLOAD) for _ in range(500)]
+                    )
+            held: dict[str, Any] = {}
+
+            def body(i: int, name: str, arguments: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+                params = {"name": name, "arguments": arguments, "_meta": ENVELOPE}
+                raw = json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": params})
+                return dict(_scope(inst.port, dict(headers, **{"mcp-name": name}))), raw.encode()
+
+            async def one(i: int) -> None:
+                if verb == "whoami":
+                    calls_ = [("whoami", {})]
+                elif verb == "claim_next":
+                    calls_ = [("claim_next", {"ack": held} if held else {})]
+                else:
+                    calls_ = [("claim_next", {})]
+                for name, arguments in calls_:
+                    scope, raw = body(i, name, arguments)
+                    status, out = await _call(app, scope, raw)
+                    assert status == 200 and b'"isError":false' in out.replace(b" ", b""), out[:300]
+                    if name == "claim_next":
+                        todo = json.loads(out)["result"]["structuredContent"]["todo"]
+                        ack = {"todo_id": todo["id"], "lease": todo["lease"]}
+                        held.clear()
+                        if verb == "claim_next":
+                            held.update(ack)
+                        else:
+                            scope, raw = body(i, "ack", ack)
+                            status, out = await _call(app, scope, raw)
+                            assert status == 200 and b'"isError":false' in out.replace(b" ", b""), out[:300]
 
             for i in range(300):  # warm-up
-                status, out = await _call(app, scope, body(i))
-                assert status == 200 and b'"isError":false' in out.replace(b" ", b""), out[:300]
+                await one(i)
             prof = cProfile.Profile() if profile else None
             cpu, wall = time.process_time(), time.perf_counter()
             if prof:
                 prof.enable()
             for i in range(calls):
-                await _call(app, scope, body(i))
+                await one(i)
             if prof:
                 prof.disable()
                 prof.dump_stats(profile)
             cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-            line = f"{calls} whoami calls: {1000 * cpu / calls:.3f} ms CPU per call, {1000 * wall / calls:.3f} ms wall"
+            unit = "todo" if verb != "whoami" else "call"
+            line = f"{calls} x {verb}: {1000 * cpu / calls:.3f} ms CPU per {unit}, {1000 * wall / calls:.3f} ms wall"
             if prof:  # the deterministic figure: CPU is inflated by the profiler and by the machine's load
-                line += f", {pstats.Stats(prof).total_calls / calls:,.0f} Python function calls per call"
+                line += f", {pstats.Stats(prof).total_calls / calls:,.0f} Python function calls per {unit}"
             print(line)
 
 
@@ -121,5 +155,6 @@ if __name__ == "__main__":
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--profile", default="")
     parser.add_argument("--legacy", action="store_true")
+    parser.add_argument("--verb", choices=("whoami", "claim_next", "pair"), default="whoami")
     args = parser.parse_args()
-    asyncio.run(main(args.calls, args.profile, args.legacy))
+    asyncio.run(main(args.calls, args.profile, args.legacy, args.verb))

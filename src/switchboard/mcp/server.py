@@ -30,6 +30,7 @@ from switchboard import __version__
 from switchboard.core.ratelimit import WindowLimiter
 from switchboard.edge.boundary import RevocationForm
 from switchboard.edge.sessioncap import SessionCap
+from switchboard.mcp import param_headers
 from switchboard.mcp.account import register_account_verbs
 from switchboard.mcp.auth import (
     EndpointTokenVerifier,
@@ -280,6 +281,7 @@ def build_mcp(
     )
     # The resource handlers go on the low-level server the session manager serves (see resources.py).
     QueueResources(services, doorbell.sessions).install(server.session_manager.app)
+    param_headers.install(server.session_manager.app)  # no schema walks for verbs that declare no header
     if provider is not None:
         # The SDK's authorization-server routes (/.well-known/oauth-authorization-server, /authorize,
         # /token, /register, /revoke), mounted beside the token_verifier the SDK cannot combine them with.
