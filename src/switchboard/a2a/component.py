@@ -163,9 +163,10 @@ class A2AComponent:
         services.followups_since_claim = self.tasks.followups_since_claim
         self.handler.send_wait = s.a2a_send_wait_seconds
         services.on_draining.append(self.waiter.close)  # cli.serve's stop
-        services.hub.subscribe("a2a_waiters", self._wake_waiters, queue_size=10_000)
+        # Only the a2a package's todos can be tasks (may_be_task): the others are never queued here.
+        services.hub.subscribe("a2a_waiters", self._wake_waiters, queue_size=10_000, wants=may_be_task)
         if self.push_enabled:
-            services.hub.subscribe("a2a_push", self._on_transition, queue_size=1000)
+            services.hub.subscribe("a2a_push", self._on_transition, queue_size=1000, wants=may_be_task)
         services.parts.add(self)
         guard_sdk_logs()
 

@@ -52,7 +52,7 @@ def bearer_value(raw: bytes) -> bytes | None:
     if value[len(SCHEME)] not in _BLANK:
         return None
     token = value[len(SCHEME) :].strip(_BLANK)
-    if not token or len(token) > MAX_TOKEN or any(c in _BLANK for c in token):
+    if not token or len(token) > MAX_TOKEN or b" " in token or b"\t" in token:  # _BLANK, byte by byte in C
         return None
     return token
 

@@ -33,6 +33,7 @@ from switchboard.store.accounts import Endpoint
 from switchboard.store.leases import verdict
 from switchboard.store.todo_claims import MAX_BATCH
 from switchboard.store.todos import MAX_RESULT_DEPTH, TodoStore
+from switchboard.store.transitions import is_ready
 
 MAX_RESULT_BYTES = 64 * 1024
 MAX_BURIED_PER_CLAIM = 8
@@ -102,7 +103,7 @@ class Claimer:
         # Reads only Transition.ready, endpoint_id and queue, and its effect is per instance (it wakes
         # this instance's waiting calls): remote, so a todo made ready on another instance sharing
         # PostgreSQL wakes them too (store/relay.py); after a relay gap every waiter re-checks.
-        services.hub.subscribe("claim_waiters", self.waiters.on_transition, remote=True)
+        services.hub.subscribe("claim_waiters", self.waiters.on_transition, remote=True, wants=is_ready)
         services.hub.on_remote_gap(self.waiters.wake_all)
 
     def wanted(self, endpoint: Endpoint, queues: Sequence[str] | None) -> list[str]:

@@ -43,7 +43,7 @@ from switchboard.process.tasks import cancel_and_wait
 from switchboard.services import Services
 from switchboard.store.accounts import Endpoint
 from switchboard.store.presence import PresenceReturn
-from switchboard.store.transitions import Transition
+from switchboard.store.transitions import Transition, is_pushable
 
 log = get_logger("switchboard.mcp.doorbell")
 
@@ -106,7 +106,7 @@ class Doorbell:
         self._pruning: asyncio.Task[None] | None = None
         # remote: other instances' ready todos ring this instance's sessions too (store/relay.py); after
         # the relay's connection came back, one heartbeat catches up on what it missed meanwhile.
-        services.hub.subscribe_batch("doorbell", self.on_transitions, remote=True)
+        services.hub.subscribe_batch("doorbell", self.on_transitions, remote=True, wants=is_pushable)
         services.hub.on_remote_gap(self._catch_up)
         services.presence.on_return(self.on_presence_return)
 

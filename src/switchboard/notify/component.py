@@ -22,6 +22,7 @@ from switchboard.process.tasks import cancel_and_wait
 from switchboard.services import Services
 from switchboard.store.notify_deliveries import DeliveryLog
 from switchboard.store.notify_hook_counts import hook_owner
+from switchboard.store.transitions import is_pushable
 
 if TYPE_CHECKING:
     from switchboard.mcp.tools import ToolRegistrar
@@ -61,6 +62,7 @@ class NotifyComponent:
                 self.dispatcher.on_transitions,  # one matching read per batch of queued transitions
                 queue_size=s.notify_queue_size,
                 on_drop=self.dispatcher.on_unmatched_drop,  # REQ-11: hub overflow counts as dropped
+                wants=is_pushable,  # what both dispatchers match; a claim or an ack is never queued
             )
             services.presence.on_return(self.dispatcher.on_presence_return)
 

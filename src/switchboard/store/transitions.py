@@ -63,6 +63,16 @@ class Transition:
         return self.ready and self.endpoint_id is not None and self.push_eligible and not self.push_excluded
 
 
+def is_ready(t: Transition) -> bool:
+    """A subscription filter (``wants``): transitions into pending."""
+    return t.ready
+
+
+def is_pushable(t: Transition) -> bool:
+    """A subscription filter (``wants``): what notify hooks and doorbells ring for."""
+    return t.pushable
+
+
 InTxHandler = Callable[[AsyncConnection, Sequence[Transition]], Awaitable[None]]
 Subscriber = Callable[[Transition], Awaitable[None]]
 BatchSubscriber = Callable[[list[Transition]], Awaitable[None]]
@@ -78,6 +88,7 @@ class _Subscription:
     max_batch: int
     on_drop: Callable[[Transition], None] | None = None
     remote: bool = False
+    wants: Callable[[Transition], bool] | None = None  # None: every transition
     task: asyncio.Task[None] | None = None
     dropped: int = field(default=0)
 
@@ -147,12 +158,16 @@ class TransitionHub:
         queue_size: int = 10_000,
         on_drop: Callable[[Transition], None] | None = None,
         remote: bool = False,
+        wants: Callable[[Transition], bool] | None = None,
     ) -> None:
         """``on_drop`` lets a subscriber count what it never saw (SPEC-0024 REQ-7's dropped counter);
-        ``remote``: also other instances' ready transitions (see the module docstring)."""
+        ``remote``: also other instances' ready transitions (see the module docstring). ``wants``: true
+        for every transition ``handler`` acts on; the others are never queued for it (no queue slot,
+        no wake-up of its task: a claim and an ack each woke every subscriber, most of which look only
+        at transitions into pending). None: every transition."""
         self._add(
             _Subscription(
-                name, _one_at_a_time(handler), asyncio.Queue(maxsize=queue_size), 1, on_drop, remote
+                name, _one_at_a_time(handler), asyncio.Queue(maxsize=queue_size), 1, on_drop, remote, wants
             )
         )
 
@@ -165,6 +180,7 @@ class TransitionHub:
         max_batch: int = MAX_BATCH,
         on_drop: Callable[[Transition], None] | None = None,
         remote: bool = False,
+        wants: Callable[[Transition], bool] | None = None,
     ) -> None:
         """Like :meth:`subscribe`, but ``handler`` gets a non-empty list: whatever is queued for this
         subscriber when its task wakes, at most ``max_batch``, in publish order. It never waits for more
@@ -172,7 +188,9 @@ class TransitionHub:
         :meth:`subscribe`; a handler that raises loses its batch, and that is counted and logged once."""
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
-        self._add(_Subscription(name, handler, asyncio.Queue(maxsize=queue_size), max_batch, on_drop, remote))
+        self._add(
+            _Subscription(name, handler, asyncio.Queue(maxsize=queue_size), max_batch, on_drop, remote, wants)
+        )
 
     def _add(self, sub: _Subscription) -> None:
         self._subs.append(sub)
@@ -215,6 +233,8 @@ class TransitionHub:
     def _deliver(self, transitions: Sequence[Transition], subs: Sequence[_Subscription]) -> None:
         for t in transitions:
             for sub in subs:
+                if sub.wants is not None and not sub.wants(t):
+                    continue
                 try:
                     sub.queue.put_nowait(t)
                 except asyncio.QueueFull:

@@ -10,7 +10,7 @@ import logging
 import pytest
 
 from switchboard.obs.metrics import Metrics
-from switchboard.store.transitions import MAX_BATCH, Transition, TransitionHub
+from switchboard.store.transitions import MAX_BATCH, Transition, TransitionHub, is_ready
 
 
 def tr(i: int, transition: str = "created") -> Transition:
@@ -176,3 +176,29 @@ async def test_stop_lets_a_batch_subscriber_finish_what_is_queued(metrics: Metri
     hub.publish([tr(i) for i in range(4)])
     await hub.stop()
     assert got == [f"td_{i:04d}" for i in range(4)]
+
+
+async def test_a_filtered_subscriber_never_queues_what_it_does_not_want(metrics: Metrics) -> None:
+    hub = TransitionHub(metrics, instance_id="test")
+    await hub.start()
+    try:
+        ready: list[str] = []
+        every: list[str] = []
+
+        async def on_ready(t: Transition) -> None:
+            ready.append(t.todo_id)
+
+        async def on_every(batch: list[Transition]) -> None:
+            every.extend(t.todo_id for t in batch)
+
+        # A queue of 2: the claims and acks between the ready transitions would overflow it if queued.
+        hub.subscribe("ready", on_ready, queue_size=2, wants=is_ready)
+        hub.subscribe_batch("every", on_every)
+        moves = [tr(0), tr(0, "claimed"), tr(0, "done"), tr(1, "claimed"), tr(1, "done"), tr(2)]
+        hub.publish(moves)
+        await hub.idle()
+        assert ready == ["td_0000", "td_0002"]
+        assert every == [t.todo_id for t in moves]
+        assert sample(metrics, "ready", "overflow") == 0
+    finally:
+        await hub.stop()
