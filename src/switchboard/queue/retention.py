@@ -216,7 +216,7 @@ class RetentionSweeper:
             log.debug("retention vacuum", took_ms=round((time.monotonic() - started) * 1000))
 
     async def settled(self) -> None:
-        """Wait for the VACUUM running or asked for (tests, and a stop)."""
+        """Wait for the VACUUM running or asked for (the tests: nothing in the server awaits it)."""
         while (task := self._vacuum_task) is not None and not task.done():
             await asyncio.wait([task])
 
