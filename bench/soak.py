@@ -18,14 +18,17 @@ The report compares the end with the beginning:
   reported beside it as its largest sample);
 * claim p99 over the last minute within 1.5x of the first minute's, and ingest p99 the same way.
 
-Results go to ``soak.json`` in the run folder, the curves to ``docs/benchmarks-soak.svg`` and a table to
-docs/benchmarks.md between the ``soak`` markers (a published run only).
+Results go to the run folder's ``results.json``; a published run writes the curves to
+``docs/benchmarks-soak.svg``, a table to docs/benchmarks.md between the ``soak`` markers, and both from
+``docs/benchmarks-soak.json``, which keeps a backend's last published figures when a run measures only
+the other. ``python -m bench.soak <results.json>`` publishes a saved run the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import time
 from pathlib import Path
@@ -249,9 +252,33 @@ def _instances(r: dict[str, Any]) -> str:
     return f"{n} instance" if n == 1 else f"{n} instances"
 
 
+STORED = DOCS / "benchmarks-soak.json"  # the published run's figures and curves, per backend
+_KEPT = ("samples", "ingest", "claim")
+
+
+def _stored() -> dict[str, Any]:
+    return json.loads(STORED.read_text()) if STORED.exists() else {}
+
+
+def _slim(r: dict[str, Any]) -> dict[str, Any]:
+    """What the page draws and tabulates: the figures, and the curves without the per-relation sizes."""
+    out = {k: v for k, v in r.items() if k not in _KEPT}
+    for key in _KEPT:
+        out[key] = [
+            {k: round(v, 2) if isinstance(v, float) else v for k, v in point.items() if k != "relations"}
+            for point in r.get(key, [])
+        ]
+    return out
+
+
 def write_docs(results: dict[str, Any]) -> None:
+    """The table and the curves, of the backends that ran and, for a backend that did not (a run with
+    ``BENCH_SOAK_ONLY``), of the published run before, kept in ``docs/benchmarks-soak.json``."""
     from bench.soak_plot import svg
 
+    results = {**_stored(), **{name: _slim(r) for name, r in results.items()}}
+    results = {name: results[name] for name in COUNTS if name in results}  # the page's order
+    STORED.write_text(json.dumps(results, separators=(",", ":"), default=str) + "\n")
     (DOCS / "benchmarks-soak.svg").write_text(svg(results))
     rows = [
         "| backend | todos | acked | file size after settling (max/min; WAL max) | end size | claim p99 first / last min | "
@@ -279,3 +306,10 @@ def write_docs(results: dict[str, Any]) -> None:
         doc.write_text(head + block + tail)
     else:
         doc.write_text(text.rstrip("\n") + "\n\n## Soak (issue 28)\n\n" + block + "\n")
+
+
+if __name__ == "__main__":
+    import sys
+
+    saved = json.loads(Path(sys.argv[1]).read_text())
+    write_docs(saved["results"]["soak"])
