@@ -276,7 +276,8 @@ def write_docs(results: dict[str, Any]) -> None:
     ``BENCH_SOAK_ONLY``), of the published run before, kept in ``docs/benchmarks-soak.json``."""
     from bench.soak_plot import svg
 
-    results = {**_stored(), **{name: _slim(r) for name, r in results.items()}}
+    ran = {name: _slim(r) for name, r in results.items() if name in COUNTS and isinstance(r, dict)}
+    results = {**_stored(), **ran}
     results = {name: results[name] for name in COUNTS if name in results}  # the page's order
     STORED.write_text(json.dumps(results, separators=(",", ":"), default=str) + "\n")
     (DOCS / "benchmarks-soak.svg").write_text(svg(results))
