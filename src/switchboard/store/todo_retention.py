@@ -120,6 +120,15 @@ class TodoRetention:
         :meth:`return_space`)."""
         return not self.db.is_sqlite
 
+    async def kept_estimate(self) -> float:
+        """PostgreSQL: the planner's estimate of the todos kept (``pg_class.reltuples``, one catalog
+        read; 0 before the table's first ANALYZE); 0 on SQLite."""
+        if self.db.is_sqlite:
+            return 0.0
+        async with self.db.pg_statement() as pg:
+            value = await pg.fetchval("SELECT reltuples FROM pg_class WHERE oid = 'todos'::regclass")
+        return max(0.0, float(value or 0.0))
+
     async def vacuum(self) -> None:
         """PostgreSQL: ``VACUUM (SKIP_LOCKED)`` the tables a batch deletes from (and the A2A stream's
         event log below a task), so their dead rows (the deletions and the old versions claims and

@@ -242,6 +242,28 @@ async def test_postgresql_vacuums_the_tables_beside_a_pass_that_deleted(
         await db.dispose()
 
 
+async def test_postgresql_leaves_a_sliver_of_a_large_table_to_autovacuum(pg_url: str) -> None:
+    db = Database(pg_url)
+    await db.migrate()
+    try:
+        ep = await endpoint(db)
+        await seed(db, ep, "pending", NOW_MS, n=60)  # kept: the table's estimate becomes 63 rows
+        await seed(db, ep, "done", CUTOFF - DAY_MS, n=3)
+        async with db.begin() as conn:
+            await conn.execute(text("ANALYZE todos"))
+        policy = RetentionPolicy(7 * 86400, 60, 10)
+        sweeper = RetentionSweeper(TodoRetention(db), Metrics(), ManualClock(NOW_MS / 1000), policy)
+        assert (await sweeper.sweep_once())["todos"] == 3  # under VACUUM_SHARE of 63
+        await sweeper.settled()
+        assert sweeper.vacuums == 0
+        await seed(db, ep, "dead", CUTOFF - DAY_MS, n=8)  # 8 of 68: worth one
+        assert (await sweeper.sweep_once())["todos"] == 8
+        await sweeper.settled()
+        assert sweeper.vacuums == 1
+    finally:
+        await db.dispose()
+
+
 async def test_sqlite_never_starts_a_vacuum_task(database: Database) -> None:
     if not database.is_sqlite:
         pytest.skip("SQLite gives its pages back through incremental_vacuum")
