@@ -28,6 +28,7 @@ from switchboard.core.verbs import DEFAULT_GRANT, NOTIFY_HOOKS
 from tests.reliability.procs import ServerProcess, Tenant, provision, server_env, servers
 from tests.support.mcp_client import Agent, agent
 from tests.support.receivers import HTTPSReceiver, RecordedRequest
+from tests.support.waits import wait_until
 
 HOOK_VERBS = (*DEFAULT_GRANT, *NOTIFY_HOOKS.verbs)
 WAIT = 30.0  # the bound of every poll here
@@ -104,17 +105,9 @@ class Served:
         return (await self.metrics()).get((name, tuple(sorted(labels.items()))), 0.0)
 
     async def until(self, what: str, check: Callable[[], Any], timeout: float = WAIT) -> Any:
-        """Poll ``check`` (sync or async) until it returns something truthy; bounded."""
-        deadline = time.monotonic() + timeout
-        while True:
-            got = check()
-            if asyncio.iscoroutine(got):
-                got = await got
-            if got:
-                return got
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{what}: not within {timeout} s\n{self.server.log_tail()}")
-            await asyncio.sleep(0.1)  # a subprocess and its log offer nothing to await
+        """Poll ``check`` (sync or async) until it returns something truthy; bounded (a subprocess and
+        its log offer nothing to await)."""
+        return await wait_until(check, timeout, what, self.server.log_tail)
 
     def log(self, event: str | None = None) -> list[dict[str, Any]]:
         """The JSON log lines of the server and its worker processes (``event`` only, if given)."""

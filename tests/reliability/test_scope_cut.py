@@ -5,11 +5,9 @@ why, and lists the configs for deletion); titles reach MCP results neutralized; 
 
 from __future__ import annotations
 
-import asyncio
 import html
 import json
 import re
-import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -26,6 +24,7 @@ from tests.reliability.notify_served import TimedReceiver
 from tests.reliability.procs import ServerProcess, Tenant, cli, provision, server_env, servers
 from tests.support.mcp_client import agent
 from tests.support.secrets import reveal
+from tests.support.waits import wait_until
 
 PASSWORD = "correct horse battery"
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
@@ -35,15 +34,7 @@ HOOKS_PAUSED = "paused: the endpoint no longer holds the notify-hook verbs"
 
 async def until(what: str, check: Any, server: ServerProcess, timeout: float = WAIT) -> Any:
     """Poll a child's state (a process boundary offers nothing to await), bounded."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if asyncio.iscoroutine(got):
-            got = await got
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"{what}: not within {timeout} s\n{server.log_tail()}"
-        await asyncio.sleep(0.1)
+    return await wait_until(check, timeout, what, server.log_tail)
 
 
 async def signed_in(http: httpx.AsyncClient, email: str) -> None:

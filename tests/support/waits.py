@@ -8,8 +8,14 @@ from collections.abc import Callable
 from typing import Any
 
 
-async def wait_until(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    """Poll an (async or plain) check until it returns something truthy, within ``timeout``."""
+async def wait_until(
+    check: Callable[[], Any],
+    timeout: float = 20.0,
+    what: str = "condition",
+    detail: Callable[[], str] | None = None,
+) -> Any:
+    """Poll an (async or plain) check until it returns something truthy, within ``timeout``; on a
+    timeout the assertion carries ``detail()`` too (a server's log tail)."""
     deadline = time.monotonic() + timeout
     while True:
         value = check()
@@ -17,5 +23,6 @@ async def wait_until(check: Callable[[], Any], timeout: float = 20.0, what: str 
             value = await value
         if value:
             return value
-        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what}: not within {timeout} s" + (f"\n{detail()}" if detail else ""))
         await asyncio.sleep(0.1)
