@@ -34,6 +34,11 @@ PG_BATCH = 100
 PAUSE_RATIO = 9.0
 HEADROOM = 1.5  # the sweep deletes at least this many rows per row finishing now
 MAX_BATCH_FACTOR = 8  # a batch grows to at most this many times SWITCHBOARD_RETENTION_BATCH (and 5,000)
+# PostgreSQL: a batch locks only the terminal rows it deletes, which nobody else waits for, so a sweep
+# that trails may grow further. At 8 (800 rows) the two-instance soak at 1,500 todos/s deleted about
+# 1,000 rows/s on a saturated box (each batch's eight round trips waited on a busy event loop) and fell
+# a minute behind its cutoff; SQLite keeps 8, since its batch holds the one write lock.
+PG_MAX_BATCH_FACTOR = 40
 RATE_WINDOW = (10.0, 60.0)  # seconds of finished todos the rate is measured over (the interval, clamped)
 LAG_BOOST = 2.0  # a sweep behind the cutoff asks for at most this many times the finishing rate more
 MAX_PASS = 60.0  # seconds: a longer pass ends (its log line, space returned, gauge) and the next begins
@@ -69,6 +74,7 @@ class Pace:
 
     base: int
     need: float = 0.0
+    factor: int = MAX_BATCH_FACTOR
     batch: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -76,7 +82,7 @@ class Pace:
 
     @property
     def most(self) -> int:
-        return max(self.base, min(5000, self.base * MAX_BATCH_FACTOR))
+        return max(self.base, min(5000, self.base * self.factor))
 
     def after(self, rows: int, took: float, achieved: float | None = None) -> float:
         """The pause after a batch of ``rows`` that took ``took`` seconds; adjusts the next batch.
@@ -104,10 +110,14 @@ class RetentionSweeper:
         self.store, self.metrics, self.clock, self.policy = store, metrics, clock, policy
         self._task: asyncio.Task[None] | None = None
         self._counters = {t: metrics.retention_pruned.labels(table=t) for t in Pruned().by_table()}
-        self.pace = Pace(policy.batch)
+        self.pace = Pace(policy.batch, factor=PG_MAX_BATCH_FACTOR if store.can_vacuum else MAX_BATCH_FACTOR)
         self._vacuum_task: asyncio.Task[None] | None = None
         self._vacuum_wanted = False
         self.vacuums = 0  # VACUUMs run (PostgreSQL), for the log and the tests
+        # Todos deleted since the last VACUUM was asked for, across passes: a steady load's passes each
+        # delete less than VACUUM_SHARE of the table, and a count reset per pass never asked for one.
+        self._unvacuumed = 0
+        self._asked_at = -math.inf
 
     async def sweep_once(self) -> dict[str, int]:
         """Passes until one catches up: each deletes batches until one is not full (or another
@@ -126,7 +136,7 @@ class RetentionSweeper:
         measured = -math.inf
         caught_up = False
         last: tuple[int, float] | None = None  # the previous batch: rows, when it began
-        asked_at, unvacuumed, vacuums = started, 0, self.vacuums
+        vacuums = self.vacuums
         worth = math.inf  # rows deleted that make a VACUUM worth its cost (measured below)
         while True:
             if time.monotonic() - measured >= REMEASURE:
@@ -150,10 +160,10 @@ class RetentionSweeper:
                     deleted[table] += n
                     totals[table] += n
                     self._counters[table].inc(n)
-            unvacuumed += pruned.todos
-            if unvacuumed >= worth and time.monotonic() - asked_at >= VACUUM_EVERY:
+            self._unvacuumed += pruned.todos
+            since_ask = time.monotonic() - max(self._asked_at, started)  # the pass's end asks anyway
+            if self._unvacuumed >= worth and since_ask >= VACUUM_EVERY:
                 self._ask_vacuum()
-                asked_at, unvacuumed = time.monotonic(), 0
             if pruned.todos < batch:
                 caught_up = True
                 break
@@ -162,8 +172,8 @@ class RetentionSweeper:
             last = (pruned.todos, t0)
             await asyncio.sleep(self.pace.after(pruned.todos, took, achieved))
         freed = await self._return_space()  # every pass: one capped at VACUUM_STEPS left some
-        if unvacuumed >= worth:
-            self._ask_vacuum()  # what the pass deleted since it last asked
+        if self._unvacuumed >= worth:
+            self._ask_vacuum()  # what was deleted since the last ask, in this pass and before
         oldest = await self.store.oldest_terminal_ms()
         age = 0.0 if oldest is None else max(0.0, self.clock.now() - oldest / 1000)
         self.metrics.retention_oldest_terminal.set(age)
@@ -206,6 +216,7 @@ class RetentionSweeper:
         a time; asked for while one runs, another follows it."""
         if not self.store.can_vacuum:
             return
+        self._unvacuumed, self._asked_at = 0, time.monotonic()
         self._vacuum_wanted = True
         if self._vacuum_task is None or self._vacuum_task.done():
             self._vacuum_task = asyncio.create_task(self._vacuum(), name="retention-vacuum")
