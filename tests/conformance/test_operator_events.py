@@ -24,11 +24,11 @@ from switchboard.push import mint_secret
 from tests.conformance.harness import FLEET, Conf, ServerSpec, ip_url, receiver, tenant, wait_until
 from tests.support.receivers import HangBeforeHeaders, HTTPSReceiver, RecordedRequest, Respond
 from tests.support.secrets import reveal
-from tests.support.server import free_port
+from tests.support.server import reserved_port
 
 SECRET = mint_secret()
 reveal(SECRET)
-PORTS = {"operator": free_port(), "operator-overflow": free_port()}
+PORTS = {"operator": reserved_port(), "operator-overflow": reserved_port()}
 HOSTS = {"operator.test": ["127.0.0.1"]}
 
 

@@ -21,9 +21,9 @@ from tests.conformance.harness import Conf, ServerSpec, Tenant, body_for, receiv
 from tests.conformance.test_a2a_push import pair, push_config, pushes
 from tests.support.connect_proxy import ConnectProxy, target_ip
 from tests.support.secrets import reveal
-from tests.support.server import free_port
+from tests.support.server import reserved_port
 
-PROXY_PORT = free_port()
+PROXY_PORT = reserved_port()
 USER, PASSWORD = "egress", "conformance-proxy-pass"
 reveal(PASSWORD, base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode())  # never in the server's log
 SERVER = ServerSpec(

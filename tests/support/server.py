@@ -4,6 +4,7 @@ an injected clock and DNS resolver. Several instances may share one PostgreSQL d
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import ssl
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -29,6 +30,32 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+# Below Linux's ephemeral range (32768-60999 by default): no bind to port 0 and no outgoing connection
+# is ever given one of these, so a port picked here long before it is bound stays free.
+RESERVED_PORTS = range(20000, 32768)
+_reserved: list[int] = []
+
+
+def reserved_port() -> int:
+    """A free loopback port that must stay free until much later (a setting written at import, the
+    receiver bound when the test runs): :func:`free_port` hands out an ephemeral port, which any
+    connection made meanwhile may be given. Spread by process id, so xdist workers pick apart."""
+    span = len(RESERVED_PORTS)
+    start = (os.getpid() * 7919 + 97 * len(_reserved)) % span
+    for k in range(span):
+        port = RESERVED_PORTS[(start + k) % span]
+        if port in _reserved:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _reserved.append(port)
+        return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 @dataclass
