@@ -230,12 +230,17 @@ def _s4_targets(s4: dict[str, Any]) -> list[tuple[str, str, str]]:
     rows: list[tuple[str, str, str]] = []
     fl = s4.get("floor", {})
     if "whoami" in fl:
-        w, h = fl["whoami"]["calls_per_second"], fl["healthz"]["calls_per_second"]
+        # As the claim targets below: the era the official SDK's client speaks by default (2026-07-28,
+        # no session) is judged; the handshake era's figure is listed beside it.
+        judged = fl.get("whoami_modern", fl["whoami"])
+        era = "MCP 2026-07-28" if "whoami_modern" in fl else "handshake era"
+        w, h = judged["calls_per_second"], fl["healthz"]["calls_per_second"]
+        beside = f"; handshake era {fl['whoami']['calls_per_second']:,.0f}/s" if "whoami_modern" in fl else ""
         rows.append(
             (
-                f"no-op MCP call (whoami), 1 instance, {fl['clients']} clients: >= 2,000/s",
-                f"{w:,.0f}/s (/healthz {h:,.0f}/s; {fl['whoami']['server_cpu_ms_per_call']:.2f} ms server CPU "
-                "per call)",
+                f"no-op MCP call (whoami), 1 instance, {fl['clients']} clients, {era}: >= 2,000/s",
+                f"{w:,.0f}/s (/healthz {h:,.0f}/s; {judged['server_cpu_ms_per_call']:.2f} ms server CPU "
+                f"per call{beside})",
                 _target(w >= 2000),
             )
         )
