@@ -232,10 +232,11 @@ def _s4_targets(s4: dict[str, Any]) -> list[tuple[str, str, str]]:
     if "whoami" in fl:
         # As the claim targets below: the era the official SDK's client speaks by default (2026-07-28,
         # no session) is judged; the handshake era's figure is listed beside it.
-        judged = fl.get("whoami_modern", fl["whoami"])
-        era = "MCP 2026-07-28" if "whoami_modern" in fl else "handshake era"
+        modern = "whoami_modern" in fl
+        judged = fl["whoami_modern"] if modern else fl["whoami"]
+        era = "MCP 2026-07-28" if modern else "handshake era"
         w, h = judged["calls_per_second"], fl["healthz"]["calls_per_second"]
-        beside = f"; handshake era {fl['whoami']['calls_per_second']:,.0f}/s" if "whoami_modern" in fl else ""
+        beside = f"; handshake era {fl['whoami']['calls_per_second']:,.0f}/s" if modern else ""
         rows.append(
             (
                 f"no-op MCP call (whoami), 1 instance, {fl['clients']} clients, {era}: >= 2,000/s",

@@ -35,7 +35,7 @@ def free_port() -> int:
 # Below Linux's ephemeral range (32768-60999 by default): no bind to port 0 and no outgoing connection
 # is ever given one of these, so a port picked here long before it is bound stays free.
 RESERVED_PORTS = range(20000, 32768)
-_reserved: list[int] = []
+_reserved: set[int] = set()
 
 
 def reserved_port() -> int:
@@ -43,17 +43,17 @@ def reserved_port() -> int:
     receiver bound when the test runs): :func:`free_port` hands out an ephemeral port, which any
     connection made meanwhile may be given. Spread by process id, so xdist workers pick apart."""
     span = len(RESERVED_PORTS)
-    start = (os.getpid() * 7919 + 97 * len(_reserved)) % span
+    start = os.getpid() * 7919 % span
     for k in range(span):
         port = RESERVED_PORTS[(start + k) % span]
-        if port in _reserved:
+        if port in _reserved:  # handed out by this process already, not bound yet
             continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-        _reserved.append(port)
+        _reserved.add(port)
         return port
     raise RuntimeError("no free port below the ephemeral range")
 

@@ -26,6 +26,7 @@ from tests.reliability.procs import ServerProcess, cli, server_env, servers
 from tests.support.mcp_client import Agent, agent
 from tests.support.receivers import HTTPSReceiver, RecordedRequest
 from tests.support.secrets import reveal
+from tests.support.waits import wait_until
 
 TOKEN = "tok-served-original-31"
 CREDS = "creds-served-original-47"
@@ -102,11 +103,7 @@ async def metric(server: ServerProcess, name: str, **labels: str) -> float:
 
 async def until(check: Any, timeout: float, what: str) -> None:
     """Poll a child's state (a process boundary offers nothing to await) with a bounded deadline."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await check():
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
+    await wait_until(check, timeout, what)
 
 
 async def claim_and_ack(worker: Agent, result: str, timeout: float = 10) -> str:
